@@ -1,0 +1,43 @@
+"""millwheel-beam: Google's MillWheel model, Zeitgeist and Photon on Apache Beam."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="millwheel-beam",
+    version="0.1.0",
+    description=(
+        "MillWheel-style stateful stream processing (Zeitgeist, Photon) as "
+        "Apache Beam transforms, with a portable Spark runner on PySpark."
+    ),
+    python_requires=">=3.11",
+    packages=find_packages(
+        include=["pipelines", "transforms*", "testing", "runners*"]
+    ),
+    package_data={
+        "transforms.records": ["*.proto"],
+        "configs": ["*.yaml"],
+        "testing": ["*.go"],
+    },
+    include_package_data=True,
+    install_requires=[
+        "apache-beam==2.77.0",
+        "pyspark==4.3.0",
+        "protobuf>=6.31,<7",
+        "pyarrow>=15",
+        "numpy>=1.26",
+        "PyYAML>=6",
+    ],
+    extras_require={
+        "bigtable": ["google-cloud-bigtable>=2.50,<3"],
+        "report": ["matplotlib>=3.8"],
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "ruff==0.17.6",
+            # Generated *_pb2.py files are compared against this exact
+            # generator in tests; bump both together.
+            "grpcio-tools==1.81.1",
+            "google-cloud-bigtable>=2.50,<3",
+        ],
+    },
+)

@@ -1,0 +1,46 @@
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class QueryEvent(_message.Message):
+    __slots__ = ("query_id", "event_time", "query_text", "advertiser_id", "ad_id", "record_id")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TIME_FIELD_NUMBER: _ClassVar[int]
+    QUERY_TEXT_FIELD_NUMBER: _ClassVar[int]
+    ADVERTISER_ID_FIELD_NUMBER: _ClassVar[int]
+    AD_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    event_time: int
+    query_text: str
+    advertiser_id: str
+    ad_id: str
+    record_id: str
+    def __init__(self, query_id: _Optional[str] = ..., event_time: _Optional[int] = ..., query_text: _Optional[str] = ..., advertiser_id: _Optional[str] = ..., ad_id: _Optional[str] = ..., record_id: _Optional[str] = ...) -> None: ...
+
+class ClickEvent(_message.Message):
+    __slots__ = ("click_id", "query_id", "event_time", "ad_id", "record_id")
+    CLICK_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TIME_FIELD_NUMBER: _ClassVar[int]
+    AD_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    click_id: str
+    query_id: str
+    event_time: int
+    ad_id: str
+    record_id: str
+    def __init__(self, click_id: _Optional[str] = ..., query_id: _Optional[str] = ..., event_time: _Optional[int] = ..., ad_id: _Optional[str] = ..., record_id: _Optional[str] = ...) -> None: ...
+
+class JoinedClick(_message.Message):
+    __slots__ = ("click", "query", "joined_at")
+    CLICK_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    JOINED_AT_FIELD_NUMBER: _ClassVar[int]
+    click: ClickEvent
+    query: QueryEvent
+    joined_at: int
+    def __init__(self, click: _Optional[_Union[ClickEvent, _Mapping]] = ..., query: _Optional[_Union[QueryEvent, _Mapping]] = ..., joined_at: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,128 @@
+"""`Zeitgeist`: searches in, spikes and dips out (MillWheel figure 1)."""
+
+from collections.abc import Callable
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from transforms.records.dead_letter_pb2 import DeadLetter
+from transforms.records.zeitgeist_pb2 import (
+    Anomaly,
+    ModelUpdate,
+    SearchQuery,
+    WindowCount,
+    WindowScore,
+)
+from transforms.zeitgeist.model_calculator import ModelCalculator
+from transforms.zeitgeist.params import DetectorParams, ModelParams, WindowParams
+from transforms.zeitgeist.query_keys import fold
+from transforms.zeitgeist.spike_dip_detector import SCORES, SpikeDipDetector
+from transforms.zeitgeist.window_counter import LATE, CountWindows
+
+ANOMALIES = "anomalies"
+WINDOW_COUNTS = "window_counts"
+LATE_RECORDS = "late"
+DEAD_LETTERS = "dead_letters"
+DEAD_LETTER_SOURCE = "Zeitgeist"
+
+
+class KeyByQuery(beam.DoFn):
+    """`SearchQuery` to `(key, SearchQuery)`; unusable searches to dead letters.
+
+    Searches read by `transforms.records` are already valid; this guards the
+    in-memory path (records built by another job or a test), where an empty
+    key or a non-positive count would corrupt the counts without a trace.
+    """
+
+    def __init__(self, key_fn: Callable[[str], str]):
+        self._key_fn = key_fn
+        self._dead = Metrics.counter("millwheel.zeitgeist", "dead_letters")
+
+    def process(self, search: SearchQuery):
+        reason = None
+        key = self._key_fn(search.query)
+        if not key:
+            reason = "query is empty after normalization"
+        elif search.count < 1:
+            reason = f"count must be a positive integer, got {search.count}"
+        elif not search.HasField("event_time"):
+            reason = "missing field 'event_time'"
+        if reason is None:
+            yield key, search
+            return
+        self._dead.inc()
+        yield beam.pvalue.TaggedOutput(
+            DEAD_LETTERS,
+            DeadLetter(
+                source=DEAD_LETTER_SOURCE,
+                raw=search.SerializeToString(),
+                reason=reason,
+                record_type="SearchQuery",
+            ),
+        )
+
+
+class Zeitgeist(beam.PTransform):
+    """Spike and dip detection over a stream of `SearchQuery` records.
+
+    The input is a PCollection of `SearchQuery` in the global window, each
+    timestamped with its event time (the watermark is the runner's, set by
+    the source). The result is a dict of PCollections:
+
+    - ``anomalies``: `Anomaly` records, one per abnormal window;
+    - ``window_counts``: `WindowCount` per query and window, zero counts
+      included while the query is active, corrections with revision > 0;
+    - ``scores``: `WindowScore` per query and window, score in [0, 1];
+    - ``late``: `SearchQuery` records that came after their window was
+      emitted and were not folded in (see `transforms.millwheel.lateness`);
+    - ``dead_letters``: `DeadLetter` records for unusable searches.
+
+    Example::
+
+        outputs = searches | Zeitgeist(WindowParams(size_ms=60_000))
+        outputs["anomalies"] | beam.Map(print)
+    """
+
+    def __init__(
+        self,
+        window: WindowParams = WindowParams(),
+        model: ModelParams = ModelParams(),
+        detector: DetectorParams = DetectorParams(),
+        key_fn: Callable[[str], str] = fold,
+    ):
+        super().__init__()
+        self._window = window
+        self._model = model
+        self._detector = detector
+        self._key_fn = key_fn
+
+    def expand(self, searches):
+        keyed = searches | "KeyByQuery" >> beam.ParDo(
+            KeyByQuery(self._key_fn)
+        ).with_output_types(
+            tuple[str, SearchQuery], **{DEAD_LETTERS: DeadLetter}
+        ).with_outputs(DEAD_LETTERS, main="keyed")
+        counted = keyed.keyed | "CountWindows" >> CountWindows(self._window)
+        # Corrections can reach the model and detector for as long as the
+        # counter accepts them: the allowed lateness, plus one window.
+        retain_ms = self._window.late_data.allowed_lateness_ms
+        if retain_ms:
+            retain_ms += self._window.size_ms
+        updates = counted.windows | "ModelCalculator" >> beam.ParDo(
+            ModelCalculator(self._model, self._window.size_ms, retain_ms)
+        ).with_output_types(tuple[str, ModelUpdate]).with_output_types(
+            tuple[str, ModelUpdate]
+        )
+        detected = updates | "SpikeDipDetector" >> beam.ParDo(
+            SpikeDipDetector(self._detector, retain_ms)
+        ).with_output_types(Anomaly, **{SCORES: WindowScore}).with_outputs(
+            SCORES, main=ANOMALIES
+        )
+        return {
+            ANOMALIES: detected[ANOMALIES],
+            WINDOW_COUNTS: counted.windows
+            | "DropKeys" >> beam.Values().with_output_types(WindowCount),
+            SCORES: detected[SCORES],
+            LATE_RECORDS: counted[LATE],
+            DEAD_LETTERS: keyed[DEAD_LETTERS],
+        }

@@ -1,0 +1,275 @@
+"""Counting searches per query per event-time window, emitted on the watermark.
+
+`WindowCounter` is MillWheel's Windower (figure 1 of the paper): a stateful
+DoFn keyed by query that keeps a bucket of counts per window and emits each
+window once the low watermark passes its end. Dips are the absence of data,
+so while a query is active the counter also emits zero-count windows: only the
+watermark can tell "no searches" from "searches still on the wire".
+"""
+
+from collections import defaultdict
+
+import apache_beam as beam
+from apache_beam.coders import MapCoder, TupleCoder, VarIntCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (
+    BagStateSpec,
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
+from apache_beam.utils.windowed_value import WindowedValue
+
+from transforms.millwheel.event_time import to_millis, to_timestamp, window_start
+from transforms.millwheel.lateness import Lateness
+from transforms.records.zeitgeist_pb2 import SearchQuery, WindowCount
+from transforms.zeitgeist.params import WindowParams
+
+LATE = "late"
+METRICS_NAMESPACE = "millwheel.zeitgeist"
+
+
+class CombineWithinBundle(beam.DoFn):
+    """Sums the counts of one (query, window) within a bundle before state.
+
+    A stateful DoFn pays a state write per element; summing each bundle's
+    searches per (key, window) first cuts that to one write per window seen in
+    the bundle, as Beam's combiner lifting does for GroupByKey. The partial sum
+    is a `SearchQuery` with a `count` and the earliest event time of the
+    window's searches, which keeps it on the same side of the watermark.
+    """
+
+    def __init__(self, window_ms: int):
+        self._window_ms = window_ms
+
+    def start_bundle(self) -> None:
+        self._partials: dict[tuple, list] = {}
+
+    def process(self, element, window=beam.DoFn.WindowParam):
+        key, search = element
+        start = window_start(search.event_time, self._window_ms)
+        partial = self._partials.get((key, start, window))
+        if partial is None:
+            self._partials[(key, start, window)] = [search.count, search.event_time]
+        else:
+            partial[0] += search.count
+            partial[1] = min(partial[1], search.event_time)
+
+    def finish_bundle(self):
+        for (key, _, window), (count, first_ms) in self._partials.items():
+            partial = SearchQuery(query=key, event_time=first_ms, count=count)
+            yield WindowedValue((key, partial), to_timestamp(first_ms), (window,))
+        self._partials = {}
+
+
+class WindowCounter(beam.DoFn):
+    """Per query: counts per fixed window, emitted when the watermark passes.
+
+    Keyed by the normalised query. Input `(query, SearchQuery)` (a `count`
+    above one is a pre-aggregated partial); output `(query, WindowCount)`
+    stamped with the window end, and late records on the `late` tag.
+
+    State, per query:
+      - `pending`: (window start, count) partials of windows not yet emitted;
+      - `emitted_through`: end of the last emitted window, the key's view of
+        the low watermark, kept for the key's lifetime to classify late data;
+      - `last_active`: start of the latest window that had searches;
+      - `retained`: counts of emitted windows still open to corrections
+        (policy `correct` only), dropped once past the allowed lateness.
+
+    Timers: one event-time timer per window (a dynamic family tagged by the
+    window start) at the window end. When it fires it emits the window and,
+    while the query has been active within `activity_horizon_windows`, sets
+    the next window's timer, so zero-count windows keep coming until the
+    horizon and then the loop stops. A `gc` timer clears the retained windows
+    once the allowed lateness has passed after the last emission.
+    """
+
+    PENDING = BagStateSpec("pending", TupleCoder((VarIntCoder(), VarIntCoder())))
+    EMITTED_THROUGH = ReadModifyWriteStateSpec("emitted_through", VarIntCoder())
+    LAST_ACTIVE = ReadModifyWriteStateSpec("last_active", VarIntCoder())
+    RETAINED = ReadModifyWriteStateSpec(
+        "retained",
+        MapCoder(VarIntCoder(), TupleCoder((VarIntCoder(), VarIntCoder()))),
+    )
+    WINDOW_END = TimerSpec("window_end", TimeDomain.WATERMARK)
+    GC = TimerSpec("gc", TimeDomain.WATERMARK)
+
+    def __init__(self, params: WindowParams):
+        self._params = params
+        self._emitted = Metrics.counter(METRICS_NAMESPACE, "windows_emitted")
+        self._zero = Metrics.counter(METRICS_NAMESPACE, "zero_windows_emitted")
+        self._late = Metrics.counter(METRICS_NAMESPACE, "late_records")
+        self._corrections = Metrics.counter(METRICS_NAMESPACE, "window_corrections")
+
+    def process(
+        self,
+        element,
+        pending=beam.DoFn.StateParam(PENDING),
+        emitted_through=beam.DoFn.StateParam(EMITTED_THROUGH),
+        retained=beam.DoFn.StateParam(RETAINED),
+        window_end_timer=beam.DoFn.TimerParam(WINDOW_END),
+    ):
+        key, search = element
+        size = self._params.size_ms
+        start = window_start(search.event_time, size)
+        lateness = self._params.late_data.classify(start + size, emitted_through.read())
+        if lateness is Lateness.ON_TIME:
+            pending.add((start, search.count))
+            window_end_timer.set(
+                to_timestamp(start + size), dynamic_timer_tag=str(start)
+            )
+        elif lateness is Lateness.CORRECTABLE:
+            yield self._correct(key, start, search.count, retained)
+        else:
+            self._late.inc()
+            yield beam.pvalue.TaggedOutput(LATE, search)
+
+    def _correct(self, key, start, count, retained):
+        """Fold a late count into an emitted window and re-emit it."""
+        windows = retained.read() or {}
+        previous, revision = windows.get(start, (0, 0))
+        windows[start] = (previous + count, revision + 1)
+        retained.write(windows)
+        self._corrections.inc()
+        return (key, self._window_count(key, start, *windows[start]))
+
+    @on_timer(WINDOW_END)
+    def on_window_end(
+        self,
+        key=beam.DoFn.KeyParam,
+        tag=beam.DoFn.DynamicTimerTagParam,
+        pending=beam.DoFn.StateParam(PENDING),
+        emitted_through=beam.DoFn.StateParam(EMITTED_THROUGH),
+        last_active=beam.DoFn.StateParam(LAST_ACTIVE),
+        retained=beam.DoFn.StateParam(RETAINED),
+        window_end_timer=beam.DoFn.TimerParam(WINDOW_END),
+        gc_timer=beam.DoFn.TimerParam(GC),
+    ):
+        size = self._params.size_ms
+        fire_end = int(tag) + size
+        watermark = emitted_through.read()
+        if watermark is not None and fire_end <= watermark:
+            # Already emitted by an earlier firing: each window goes out once,
+            # even if a runner delivers a re-set timer twice.
+            return
+        counts = _sum_by_window(pending.read())
+        active = last_active.read()
+        # The watermark is past fire_end, so every window ending by then is
+        # complete, whichever of their timers happened to fire first.
+        for start in self._windows_due(counts, active, watermark, fire_end):
+            count = counts.pop(start, 0)
+            if count:
+                active = start
+            self._emitted.inc()
+            if not count:
+                self._zero.inc()
+            if self._params.late_data.retains(start + size, fire_end):
+                self._retain(retained, start, count, fire_end)
+            yield key, self._window_count(key, start, count, 0)
+        last_active.write(active)
+        emitted_through.write(fire_end)
+        _rewrite(pending, counts)
+
+        horizon_ms = self._params.activity_horizon_windows * size
+        if active is not None and active + horizon_ms >= fire_end:
+            # Still active: the next window must be emitted even if no search
+            # arrives, because only its zero count reveals a dip.
+            window_end_timer.set(
+                to_timestamp(fire_end + size), dynamic_timer_tag=str(fire_end)
+            )
+        if self._params.late_data.retains(fire_end, fire_end):
+            gc_timer.set(
+                to_timestamp(fire_end + self._params.late_data.allowed_lateness_ms)
+            )
+
+    def _windows_due(self, counts, active, watermark, fire_end) -> list[int]:
+        """Starts of the windows to emit, in order, up to `fire_end`.
+
+        Windows with searches, and after each active window the zero-count
+        windows of its activity horizon, never before what was emitted.
+        """
+        size = self._params.size_ms
+        horizon = self._params.activity_horizon_windows
+        with_data = [s for s in counts if s + size <= fire_end]
+        anchors = with_data if active is None else [active, *with_data]
+        starts = set(with_data)
+        for anchor in anchors:
+            starts.update(anchor + i * size for i in range(1, horizon + 1))
+        floor = -(2**63) if watermark is None else watermark
+        return sorted(s for s in starts if floor <= s and s + size <= fire_end)
+
+    def _retain(self, retained, start, count, watermark_ms):
+        late_data = self._params.late_data
+        size = self._params.size_ms
+        windows = {
+            s: v
+            for s, v in (retained.read() or {}).items()
+            if late_data.retains(s + size, watermark_ms)
+        }
+        windows[start] = (count, 0)
+        retained.write(windows)
+
+    @on_timer(GC)
+    def on_gc(
+        self,
+        timestamp=beam.DoFn.TimestampParam,
+        retained=beam.DoFn.StateParam(RETAINED),
+        emitted_through=beam.DoFn.StateParam(EMITTED_THROUGH),
+    ):
+        # Re-armed at every emission, so it fires only once the key has been
+        # quiet for the allowed lateness: nothing retained can be corrected.
+        if (
+            emitted_through.read() or 0
+        ) + self._params.late_data.allowed_lateness_ms <= to_millis(timestamp):
+            retained.clear()
+
+    def _window_count(self, key, start, count, revision):
+        return WindowCount(
+            query=key,
+            window_start=start,
+            window_end=start + self._params.size_ms,
+            count=count,
+            revision=revision,
+        )
+
+
+def _sum_by_window(partials) -> dict[int, int]:
+    counts: dict[int, int] = defaultdict(int)
+    for start, count in partials:
+        counts[start] += count
+    return counts
+
+
+def _rewrite(pending, counts: dict[int, int]) -> None:
+    """Replace the bag's partials by one compacted entry per window."""
+    pending.clear()
+    for start, count in counts.items():
+        pending.add((start, count))
+
+
+class CountWindows(beam.PTransform):
+    """`(query, SearchQuery)` to `(query, WindowCount)`, plus a `late` output.
+
+    Returns a `DoOutputsTuple`: the main output holds the window counts, the
+    `late` tag the searches that came after their window was emitted and
+    could not be corrected.
+    """
+
+    def __init__(self, params: WindowParams = WindowParams()):
+        super().__init__()
+        self._params = params
+
+    def expand(self, keyed_searches):
+        return (
+            keyed_searches
+            | "CombineWithinBundle"
+            >> beam.ParDo(CombineWithinBundle(self._params.size_ms)).with_output_types(
+                tuple[str, SearchQuery]
+            )
+            | "WindowCounter"
+            >> beam.ParDo(WindowCounter(self._params))
+            .with_output_types(tuple[str, WindowCount], **{LATE: SearchQuery})
+            .with_outputs(LATE, main="windows")
+        )
