@@ -43,14 +43,17 @@ class LateDataPolicy:
                 f"allowed_lateness must be >= 0, got {self.allowed_lateness_ms} ms"
             )
 
-    def classify(self, window_end_ms: int, watermark_ms: int | None) -> Lateness:
+    def classify(
+        self, window_end_ms: int, emitted_through_ms: int | None, watermark_ms: int
+    ) -> Lateness:
         """Classify a record of the window ending at `window_end_ms`.
 
-        `watermark_ms` is the end of the last window already emitted for the
-        record's key (the key's view of the low watermark), or None when
-        nothing has been emitted yet.
+        `emitted_through_ms` is the end of the last window already emitted for
+        the record's key, or None when nothing has been; `watermark_ms` is the
+        key's view of the low watermark (its latest timer firing), which may
+        run ahead of the emissions once the key has gone quiet.
         """
-        if watermark_ms is None or window_end_ms > watermark_ms:
+        if emitted_through_ms is None or window_end_ms > emitted_through_ms:
             return Lateness.ON_TIME
         if (
             self.policy is LatePolicy.CORRECT

@@ -72,8 +72,11 @@ class WindowCounter(beam.DoFn):
 
     State, per query:
       - `pending`: (window start, count) partials of windows not yet emitted;
-      - `emitted_through`: end of the last emitted window, the key's view of
-        the low watermark, kept for the key's lifetime to classify late data;
+      - `emitted_through`: end of the last emitted window; searches of
+        windows ending by then are late;
+      - `watermark`: the key's view of the low watermark, the time of its
+        latest timer firing, which decides whether a late search is still
+        within the allowed lateness. Both are kept for the key's lifetime;
       - `last_active`: start of the latest window that had searches;
       - `retained`: counts of emitted windows still open to corrections
         (policy `correct` only), dropped once past the allowed lateness.
@@ -88,6 +91,7 @@ class WindowCounter(beam.DoFn):
 
     PENDING = BagStateSpec("pending", TupleCoder((VarIntCoder(), VarIntCoder())))
     EMITTED_THROUGH = ReadModifyWriteStateSpec("emitted_through", VarIntCoder())
+    WATERMARK = ReadModifyWriteStateSpec("watermark", VarIntCoder())
     LAST_ACTIVE = ReadModifyWriteStateSpec("last_active", VarIntCoder())
     RETAINED = ReadModifyWriteStateSpec(
         "retained",
@@ -108,13 +112,16 @@ class WindowCounter(beam.DoFn):
         element,
         pending=beam.DoFn.StateParam(PENDING),
         emitted_through=beam.DoFn.StateParam(EMITTED_THROUGH),
+        key_watermark=beam.DoFn.StateParam(WATERMARK),
         retained=beam.DoFn.StateParam(RETAINED),
         window_end_timer=beam.DoFn.TimerParam(WINDOW_END),
     ):
         key, search = element
         size = self._params.size_ms
         start = window_start(search.event_time, size)
-        lateness = self._params.late_data.classify(start + size, emitted_through.read())
+        lateness = self._params.late_data.classify(
+            start + size, emitted_through.read(), key_watermark.read() or 0
+        )
         if lateness is Lateness.ON_TIME:
             pending.add((start, search.count))
             window_end_timer.set(
@@ -142,6 +149,7 @@ class WindowCounter(beam.DoFn):
         tag=beam.DoFn.DynamicTimerTagParam,
         pending=beam.DoFn.StateParam(PENDING),
         emitted_through=beam.DoFn.StateParam(EMITTED_THROUGH),
+        key_watermark=beam.DoFn.StateParam(WATERMARK),
         last_active=beam.DoFn.StateParam(LAST_ACTIVE),
         retained=beam.DoFn.StateParam(RETAINED),
         window_end_timer=beam.DoFn.TimerParam(WINDOW_END),
@@ -149,8 +157,8 @@ class WindowCounter(beam.DoFn):
     ):
         size = self._params.size_ms
         fire_end = int(tag) + size
-        watermark = emitted_through.read()
-        if watermark is not None and fire_end <= watermark:
+        emitted = emitted_through.read()
+        if emitted is not None and fire_end <= emitted:
             # Already emitted by an earlier firing: each window goes out once,
             # even if a runner delivers a re-set timer twice.
             return
@@ -158,7 +166,7 @@ class WindowCounter(beam.DoFn):
         active = last_active.read()
         # The watermark is past fire_end, so every window ending by then is
         # complete, whichever of their timers happened to fire first.
-        for start in self._windows_due(counts, active, watermark, fire_end):
+        for start in self._windows_due(counts, active, emitted, fire_end):
             count = counts.pop(start, 0)
             if count:
                 active = start
@@ -170,6 +178,7 @@ class WindowCounter(beam.DoFn):
             yield key, self._window_count(key, start, count, 0)
         last_active.write(active)
         emitted_through.write(fire_end)
+        key_watermark.write(max(key_watermark.read() or fire_end, fire_end))
         _rewrite(pending, counts)
 
         horizon_ms = self._params.activity_horizon_windows * size
@@ -184,7 +193,7 @@ class WindowCounter(beam.DoFn):
                 to_timestamp(fire_end + self._params.late_data.allowed_lateness_ms)
             )
 
-    def _windows_due(self, counts, active, watermark, fire_end) -> list[int]:
+    def _windows_due(self, counts, active, emitted, fire_end) -> list[int]:
         """Starts of the windows to emit, in order, up to `fire_end`.
 
         Windows with searches, and after each active window the zero-count
@@ -197,7 +206,7 @@ class WindowCounter(beam.DoFn):
         starts = set(with_data)
         for anchor in anchors:
             starts.update(anchor + i * size for i in range(1, horizon + 1))
-        floor = -(2**63) if watermark is None else watermark
+        floor = -(2**63) if emitted is None else emitted
         return sorted(s for s in starts if floor <= s and s + size <= fire_end)
 
     def _retain(self, retained, start, count, watermark_ms):
@@ -216,14 +225,14 @@ class WindowCounter(beam.DoFn):
         self,
         timestamp=beam.DoFn.TimestampParam,
         retained=beam.DoFn.StateParam(RETAINED),
-        emitted_through=beam.DoFn.StateParam(EMITTED_THROUGH),
+        key_watermark=beam.DoFn.StateParam(WATERMARK),
     ):
-        # Re-armed at every emission, so it fires only once the key has been
-        # quiet for the allowed lateness: nothing retained can be corrected.
-        if (
-            emitted_through.read() or 0
-        ) + self._params.late_data.allowed_lateness_ms <= to_millis(timestamp):
-            retained.clear()
+        # Re-armed at every emission, so it fires once the key has been quiet
+        # for the allowed lateness: nothing retained can be corrected any
+        # more, and the key's watermark moves up so that searches for those
+        # windows are now classified as too late.
+        retained.clear()
+        key_watermark.write(max(key_watermark.read() or 0, to_millis(timestamp)))
 
     def _window_count(self, key, start, count, revision):
         return WindowCount(
