@@ -29,21 +29,23 @@ class SearchQuery(_message.Message):
     def __init__(self, query: _Optional[str] = ..., event_time: _Optional[int] = ..., record_id: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class WindowCount(_message.Message):
-    __slots__ = ("query", "window_start", "window_end", "count", "revision")
+    __slots__ = ("query", "window_start", "window_end", "count", "revision", "previous_window_start")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     WINDOW_END_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     query: str
     window_start: int
     window_end: int
     count: int
     revision: int
-    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., count: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
+    previous_window_start: int
+    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., count: _Optional[int] = ..., revision: _Optional[int] = ..., previous_window_start: _Optional[int] = ...) -> None: ...
 
 class ModelUpdate(_message.Message):
-    __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "revision", "history")
+    __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "revision", "history", "previous_window_start")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     WINDOW_END_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +54,7 @@ class ModelUpdate(_message.Message):
     STDDEV_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     query: str
     window_start: int
     window_end: int
@@ -60,7 +63,8 @@ class ModelUpdate(_message.Message):
     stddev: float
     revision: int
     history: int
-    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., revision: _Optional[int] = ..., history: _Optional[int] = ...) -> None: ...
+    previous_window_start: int
+    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., revision: _Optional[int] = ..., history: _Optional[int] = ..., previous_window_start: _Optional[int] = ...) -> None: ...
 
 class ModelState(_message.Message):
     __slots__ = ("level", "trend", "variance", "history", "last_window_start", "seasonal")

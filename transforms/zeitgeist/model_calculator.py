@@ -9,16 +9,9 @@ emits a `ModelUpdate` holding the count next to the prediction that was made
 import apache_beam as beam
 from apache_beam.coders import FloatCoder, MapCoder, ProtoCoder, TupleCoder, VarIntCoder
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import (
-    BagStateSpec,
-    ReadModifyWriteStateSpec,
-    TimerSpec,
-    on_timer,
-)
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 
-from transforms.millwheel.event_order import buffer_until_watermark, take_due
-from transforms.millwheel.event_time import to_millis
+from transforms.millwheel.sequencing import previous_window, release_in_sequence
 from transforms.records.zeitgeist_pb2 import ModelState, ModelUpdate, WindowCount
 from transforms.zeitgeist.forecast import Prediction, fold
 from transforms.zeitgeist.params import ModelParams
@@ -29,18 +22,19 @@ METRICS_NAMESPACE = "millwheel.zeitgeist"
 class ModelCalculator(beam.DoFn):
     """Folds `(query, WindowCount)` into a per-query model; emits `ModelUpdate`.
 
-    Keyed by query. Window counts are buffered until the watermark passes
-    their window end (a dynamic event-time timer per window), then folded in
-    window order, so the prediction for window w is made from windows before
-    w only, whatever order the shuffle delivered them in. A window at or
-    before the last one folded is stale (counted, not folded twice).
+    Keyed by query. Windows are folded in the order the WindowCounter emitted
+    them, following each window's link to its predecessor: a window that
+    arrives before its predecessor waits in `pending`. So the prediction for
+    window w is made from windows before w only, whatever order the shuffle
+    delivered them in. Outputs carry the timestamp of the input that released
+    them, never earlier than their cause.
 
-    State, per query: `pending` window counts not yet due; `model`, the
-    query's `ModelState`, kept for the key's lifetime (it is the long-term
-    state); `recent`, the predictions of the windows within `retain_ms` of the
-    newest, so a late correction (revision > 0) is re-emitted against the
-    prediction its window originally had. Corrections do not re-fit the
-    model, which has already moved past them.
+    State, per query: `pending` windows waiting for their predecessor;
+    `model`, the query's `ModelState`, kept for the key's lifetime (it is the
+    long-term state); `recent`, the predictions of the windows within
+    `retain_ms` of the newest, so a late correction (revision > 0) is
+    re-emitted against the prediction its window originally had. Corrections
+    do not re-fit the model, which has already moved past them.
     """
 
     PENDING = BagStateSpec("pending", ProtoCoder(WindowCount))
@@ -51,13 +45,12 @@ class ModelCalculator(beam.DoFn):
             VarIntCoder(), TupleCoder((FloatCoder(), FloatCoder(), VarIntCoder()))
         ),
     )
-    FOLD = TimerSpec("fold", TimeDomain.WATERMARK)
 
     def __init__(self, params: ModelParams, window_ms: int, retain_ms: int = 0):
         self._params = params
         self._window_ms = window_ms
         self._retain_ms = retain_ms
-        self._stale = Metrics.counter(METRICS_NAMESPACE, "stale_windows")
+        self._gaps = Metrics.counter(METRICS_NAMESPACE, "model_sequence_gaps")
         self._unmatched = Metrics.counter(
             METRICS_NAMESPACE, "corrections_without_prediction"
         )
@@ -66,54 +59,40 @@ class ModelCalculator(beam.DoFn):
         self,
         element,
         pending=beam.DoFn.StateParam(PENDING),
-        recent=beam.DoFn.StateParam(RECENT),
-        fold_timer=beam.DoFn.TimerParam(FOLD),
-    ):
-        key, window = element
-        if window.revision == 0:
-            buffer_until_watermark(
-                pending, fold_timer, window, window.window_start, window.window_end
-            )
-            return
-        known = (recent.read() or {}).get(window.window_start)
-        if known is None:
-            self._unmatched.inc()
-            return
-        yield key, _update(key, window, Prediction(*known))
-
-    @on_timer(FOLD)
-    def on_fold(
-        self,
-        key=beam.DoFn.KeyParam,
-        timestamp=beam.DoFn.TimestampParam,
-        pending=beam.DoFn.StateParam(PENDING),
         model=beam.DoFn.StateParam(MODEL),
         recent=beam.DoFn.StateParam(RECENT),
     ):
-        due = take_due(
-            pending,
-            to_millis(timestamp),
-            lambda w: w.window_end,
-            lambda w: w.window_start,
-        )
-        if not due:
+        key, window = element
+        if window.revision > 0:
+            known = (recent.read() or {}).get(window.window_start)
+            if known is None:
+                self._unmatched.inc()
+                return
+            yield key, _update(key, window, Prediction(*known))
             return
         state = model.read() or ModelState()
-        predictions = recent.read() or {}
-        for window in due:
-            if state.history and window.window_start <= state.last_window_start:
-                self._stale.inc()
-                continue
+        due, forced = release_in_sequence(
+            pending,
+            window,
+            state.last_window_start if state.history else None,
+            lambda w: w.window_start,
+            previous_window,
+        )
+        if forced:
+            self._gaps.inc()
+        if not due:
+            return
+        predictions = (recent.read() or {}) if self._retain_ms else {}
+        for ready in due:
             prediction = fold(
-                state, self._params, window.window_start, self._window_ms, window.count
+                state, self._params, ready.window_start, self._window_ms, ready.count
             )
-            if self._retain_ms:
-                predictions[window.window_start] = (
-                    prediction.expected,
-                    prediction.stddev,
-                    prediction.history,
-                )
-            yield key, _update(key, window, prediction)
+            predictions[ready.window_start] = (
+                prediction.expected,
+                prediction.stddev,
+                prediction.history,
+            )
+            yield key, _update(key, ready, prediction)
         model.write(state)
         if self._retain_ms:
             horizon = state.last_window_start - self._retain_ms
@@ -121,7 +100,7 @@ class ModelCalculator(beam.DoFn):
 
 
 def _update(key: str, window: WindowCount, prediction: Prediction) -> ModelUpdate:
-    return ModelUpdate(
+    update = ModelUpdate(
         query=key,
         window_start=window.window_start,
         window_end=window.window_end,
@@ -131,3 +110,6 @@ def _update(key: str, window: WindowCount, prediction: Prediction) -> ModelUpdat
         revision=window.revision,
         history=prediction.history,
     )
+    if window.HasField("previous_window_start"):
+        update.previous_window_start = window.previous_window_start
+    return update

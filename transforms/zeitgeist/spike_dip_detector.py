@@ -3,16 +3,9 @@
 import apache_beam as beam
 from apache_beam.coders import FloatCoder, MapCoder, ProtoCoder, TupleCoder, VarIntCoder
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import (
-    BagStateSpec,
-    ReadModifyWriteStateSpec,
-    TimerSpec,
-    on_timer,
-)
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 
-from transforms.millwheel.event_order import buffer_until_watermark, take_due
-from transforms.millwheel.event_time import to_millis
+from transforms.millwheel.sequencing import previous_window, release_in_sequence
 from transforms.records.zeitgeist_pb2 import (
     Anomaly,
     AnomalyKind,
@@ -29,18 +22,19 @@ METRICS_NAMESPACE = "millwheel.zeitgeist"
 class SpikeDipDetector(beam.DoFn):
     """`(query, ModelUpdate)` to `Anomaly`, plus a `WindowScore` per window.
 
-    Keyed by query. Updates are buffered until the watermark passes their
-    window end and then scored in window order (the confidence accumulates
-    across consecutive windows, so order matters). Every window yields a
-    `WindowScore` on the `scores` tag; windows whose confidence passes the
-    threshold also yield an `Anomaly` on the main output, stamped with the
-    window end like their cause.
+    Keyed by query. Updates are scored in window order, following each
+    update's link to the previous window (the confidence accumulates across
+    consecutive windows, so order matters); an update that arrives before
+    its predecessor waits in `pending`. Every window yields a `WindowScore`
+    on the `scores` tag; windows whose confidence passes the threshold also
+    yield an `Anomaly` on the main output.
 
-    State, per query: `pending` updates not yet due; `confidence`, the spike
-    and dip confidences and the last window scored; `recent`, the confidence
-    before each window within `retain_ms`, so that a late correction
-    (revision > 0) is re-scored from where its window started. A correction
-    re-scores its own window only; later windows keep their verdicts.
+    State, per query: `pending` updates waiting for their predecessor;
+    `confidence`, the spike and dip confidences and the last window scored;
+    `recent`, the confidence before each window within `retain_ms`, so that a
+    late correction (revision > 0) is re-scored from where its window
+    started. A correction re-scores its own window only; later windows keep
+    their verdicts.
     """
 
     PENDING = BagStateSpec("pending", ProtoCoder(ModelUpdate))
@@ -50,7 +44,6 @@ class SpikeDipDetector(beam.DoFn):
     RECENT = ReadModifyWriteStateSpec(
         "recent", MapCoder(VarIntCoder(), TupleCoder((FloatCoder(), FloatCoder())))
     )
-    SCORE = TimerSpec("score", TimeDomain.WATERMARK)
 
     def __init__(self, params: DetectorParams, retain_ms: int = 0):
         self._params = params
@@ -59,6 +52,7 @@ class SpikeDipDetector(beam.DoFn):
             kind: Metrics.counter(METRICS_NAMESPACE, f"{kind.lower()}s_detected")
             for kind in ("SPIKE", "DIP")
         }
+        self._gaps = Metrics.counter(METRICS_NAMESPACE, "detector_sequence_gaps")
         self._unmatched = Metrics.counter(
             METRICS_NAMESPACE, "corrections_without_confidence"
         )
@@ -67,50 +61,38 @@ class SpikeDipDetector(beam.DoFn):
         self,
         element,
         pending=beam.DoFn.StateParam(PENDING),
-        recent=beam.DoFn.StateParam(RECENT),
-        score_timer=beam.DoFn.TimerParam(SCORE),
-    ):
-        _, update = element
-        if update.revision == 0:
-            buffer_until_watermark(
-                pending, score_timer, update, update.window_start, update.window_end
-            )
-            return
-        before = (recent.read() or {}).get(update.window_start)
-        if before is None:
-            self._unmatched.inc()
-            return
-        yield from self._emit(
-            update, update_confidence(Confidence(*before), update, self._params)
-        )
-
-    @on_timer(SCORE)
-    def on_score(
-        self,
-        timestamp=beam.DoFn.TimestampParam,
-        pending=beam.DoFn.StateParam(PENDING),
         confidence=beam.DoFn.StateParam(CONFIDENCE),
         recent=beam.DoFn.StateParam(RECENT),
     ):
-        due = take_due(
+        _, update = element
+        if update.revision > 0:
+            before = (recent.read() or {}).get(update.window_start)
+            if before is None:
+                self._unmatched.inc()
+                return
+            verdict = update_confidence(Confidence(*before), update, self._params)
+            yield from self._emit(update, verdict)
+            return
+        stored = confidence.read()
+        current = Confidence(*stored[:2]) if stored else Confidence()
+        due, forced = release_in_sequence(
             pending,
-            to_millis(timestamp),
-            lambda u: u.window_end,
+            update,
+            stored[2] if stored else None,
             lambda u: u.window_start,
+            previous_window,
         )
+        if forced:
+            self._gaps.inc()
         if not due:
             return
-        spike, dip, last_start = confidence.read() or (0.0, 0.0, -1)
-        current = Confidence(spike, dip)
-        befores = recent.read() or {}
-        for update in due:
-            if update.window_start <= last_start:
-                continue
-            if self._retain_ms:
-                befores[update.window_start] = (current.spike, current.dip)
-            verdict = update_confidence(current, update, self._params)
-            current, last_start = verdict.confidence, update.window_start
-            yield from self._emit(update, verdict)
+        befores = (recent.read() or {}) if self._retain_ms else {}
+        for ready in due:
+            befores[ready.window_start] = (current.spike, current.dip)
+            verdict = update_confidence(current, ready, self._params)
+            current = verdict.confidence
+            yield from self._emit(ready, verdict)
+        last_start = due[-1].window_start
         confidence.write((current.spike, current.dip, last_start))
         if self._retain_ms:
             horizon = last_start - self._retain_ms

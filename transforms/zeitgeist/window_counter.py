@@ -68,7 +68,8 @@ class WindowCounter(beam.DoFn):
 
     Keyed by the normalised query. Input `(query, SearchQuery)` (a `count`
     above one is a pre-aggregated partial); output `(query, WindowCount)`
-    stamped with the window end, and late records on the `late` tag.
+    stamped with the window end and linked to the query's previous window
+    (`previous_window_start`), and late records on the `late` tag.
 
     State, per query:
       - `pending`: (window start, count) partials of windows not yet emitted;
@@ -166,6 +167,7 @@ class WindowCounter(beam.DoFn):
         active = last_active.read()
         # The watermark is past fire_end, so every window ending by then is
         # complete, whichever of their timers happened to fire first.
+        previous = None if emitted is None else emitted - size
         for start in self._windows_due(counts, active, emitted, fire_end):
             count = counts.pop(start, 0)
             if count:
@@ -175,7 +177,11 @@ class WindowCounter(beam.DoFn):
                 self._zero.inc()
             if self._params.late_data.retains(start + size, fire_end):
                 self._retain(retained, start, count, fire_end)
-            yield key, self._window_count(key, start, count, 0)
+            window = self._window_count(key, start, count, 0)
+            if previous is not None:
+                window.previous_window_start = previous
+            previous = start
+            yield key, window
         last_active.write(active)
         emitted_through.write(fire_end)
         key_watermark.write(max(key_watermark.read() or fire_end, fire_end))
