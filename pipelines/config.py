@@ -24,6 +24,11 @@ class ConfigError(ValueError):
 
 def load(path: str | pathlib.Path, defaults: Mapping[str, Mapping[str, Any]]) -> Config:
     """The config at `path`, merged over `defaults` and checked against them."""
+    return merge(defaults, read(path), origin=str(path))
+
+
+def read(path: str | pathlib.Path) -> dict[str, Any]:
+    """The mapping of sections in the YAML file at `path`, unchecked."""
     try:
         loaded = yaml.safe_load(pathlib.Path(path).read_text()) or {}
     except OSError as error:
@@ -32,7 +37,7 @@ def load(path: str | pathlib.Path, defaults: Mapping[str, Mapping[str, Any]]) ->
         raise ConfigError(f"config {path} is not valid YAML: {error}") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"config {path} must be a mapping of sections")
-    return merge(defaults, loaded, origin=str(path))
+    return loaded
 
 
 def merge(
@@ -66,8 +71,6 @@ def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
         name, sep, raw = override.partition("=")
         section, dot, key = name.strip().partition(".")
         if not sep or not dot:
-            raise ConfigError(
-                f"override {override!r} must look like section.key=value"
-            )
+            raise ConfigError(f"override {override!r} must look like section.key=value")
         config = merge(config, {section: {key: yaml.safe_load(raw)}}, "--set")
     return config

@@ -94,6 +94,7 @@ class WindowCounter(beam.DoFn):
     EMITTED_THROUGH = ReadModifyWriteStateSpec("emitted_through", VarIntCoder())
     WATERMARK = ReadModifyWriteStateSpec("watermark", VarIntCoder())
     LAST_ACTIVE = ReadModifyWriteStateSpec("last_active", VarIntCoder())
+    INPUT_END = ReadModifyWriteStateSpec("input_end", VarIntCoder())
     RETAINED = ReadModifyWriteStateSpec(
         "retained",
         MapCoder(VarIntCoder(), TupleCoder((VarIntCoder(), VarIntCoder()))),
@@ -116,8 +117,14 @@ class WindowCounter(beam.DoFn):
         key_watermark=beam.DoFn.StateParam(WATERMARK),
         retained=beam.DoFn.StateParam(RETAINED),
         window_end_timer=beam.DoFn.TimerParam(WINDOW_END),
+        input_end_state=beam.DoFn.StateParam(INPUT_END),
     ):
         key, search = element
+        if search.count == 0:
+            # The end-of-input punctuation of a bounded input (see
+            # CountWindows): no search, just where the data stops.
+            input_end_state.write(search.event_time)
+            return
         size = self._params.size_ms
         start = window_start(search.event_time, size)
         lateness = self._params.late_data.classify(
@@ -155,6 +162,7 @@ class WindowCounter(beam.DoFn):
         retained=beam.DoFn.StateParam(RETAINED),
         window_end_timer=beam.DoFn.TimerParam(WINDOW_END),
         gc_timer=beam.DoFn.TimerParam(GC),
+        input_end_state=beam.DoFn.StateParam(INPUT_END),
     ):
         size = self._params.size_ms
         fire_end = int(tag) + size
@@ -165,10 +173,11 @@ class WindowCounter(beam.DoFn):
             return
         counts = _sum_by_window(pending.read())
         active = last_active.read()
+        input_end = input_end_state.read()
         # The watermark is past fire_end, so every window ending by then is
         # complete, whichever of their timers happened to fire first.
         previous = None if emitted is None else emitted - size
-        for start in self._windows_due(counts, active, emitted, fire_end):
+        for start in self._windows_due(counts, active, emitted, fire_end, input_end):
             count = counts.pop(start, 0)
             if count:
                 active = start
@@ -188,7 +197,8 @@ class WindowCounter(beam.DoFn):
         _rewrite(pending, counts)
 
         horizon_ms = self._params.activity_horizon_windows * size
-        if active is not None and active + horizon_ms >= fire_end:
+        observed = input_end is None or fire_end <= input_end
+        if active is not None and active + horizon_ms >= fire_end and observed:
             # Still active: the next window must be emitted even if no search
             # arrives, because only its zero count reveals a dip.
             window_end_timer.set(
@@ -199,11 +209,13 @@ class WindowCounter(beam.DoFn):
                 to_timestamp(fire_end + self._params.late_data.allowed_lateness_ms)
             )
 
-    def _windows_due(self, counts, active, emitted, fire_end) -> list[int]:
+    def _windows_due(self, counts, active, emitted, fire_end, input_end) -> list[int]:
         """Starts of the windows to emit, in order, up to `fire_end`.
 
         Windows with searches, and after each active window the zero-count
-        windows of its activity horizon, never before what was emitted.
+        windows of its activity horizon, never before what was emitted, and
+        never past the end of a bounded input: there the data is unobserved,
+        not zero.
         """
         size = self._params.size_ms
         horizon = self._params.activity_horizon_windows
@@ -213,7 +225,10 @@ class WindowCounter(beam.DoFn):
         for anchor in anchors:
             starts.update(anchor + i * size for i in range(1, horizon + 1))
         floor = -(2**63) if emitted is None else emitted
-        return sorted(s for s in starts if floor <= s and s + size <= fire_end)
+        ceiling = fire_end if input_end is None else min(fire_end, input_end + 1)
+        return sorted(
+            s for s in starts if floor <= s and s + size <= fire_end and s < ceiling
+        )
 
     def _retain(self, retained, start, count, watermark_ms):
         late_data = self._params.late_data
@@ -257,6 +272,10 @@ def _sum_by_window(partials) -> dict[int, int]:
     return counts
 
 
+def _latest(event_times) -> int:
+    return max(event_times, default=-1)
+
+
 def _rewrite(pending, counts: dict[int, int]) -> None:
     """Replace the bag's partials by one compacted entry per window."""
     pending.clear()
@@ -277,14 +296,43 @@ class CountWindows(beam.PTransform):
         self._params = params
 
     def expand(self, keyed_searches):
+        combined = keyed_searches | "CombineWithinBundle" >> beam.ParDo(
+            CombineWithinBundle(self._params.size_ms)
+        ).with_output_types(tuple[str, SearchQuery])
+        if keyed_searches.is_bounded:
+            # A bounded input ends: past its last search the counts are
+            # unknown, and zero-count windows there would be false dips. Each
+            # key gets a punctuation (count 0) carrying the input's end.
+            combined = (
+                combined,
+                keyed_searches | "InputEnd" >> _InputEndPunctuation(),
+            ) | "WithInputEnd" >> beam.Flatten()
+        return combined | "WindowCounter" >> beam.ParDo(
+            WindowCounter(self._params)
+        ).with_output_types(
+            tuple[str, WindowCount], **{LATE: SearchQuery}
+        ).with_outputs(LATE, main="windows")
+
+
+class _InputEndPunctuation(beam.PTransform):
+    """One `(key, SearchQuery(count=0, event_time=end))` per key of a bounded input."""
+
+    def expand(self, keyed_searches):
+        end = beam.pvalue.AsSingleton(
+            keyed_searches
+            | "EventTimes" >> beam.Map(lambda kv: kv[1].event_time)
+            | "Latest" >> beam.CombineGlobally(_latest)
+        )
         return (
             keyed_searches
-            | "CombineWithinBundle"
-            >> beam.ParDo(CombineWithinBundle(self._params.size_ms)).with_output_types(
-                tuple[str, SearchQuery]
-            )
-            | "WindowCounter"
-            >> beam.ParDo(WindowCounter(self._params))
-            .with_output_types(tuple[str, WindowCount], **{LATE: SearchQuery})
-            .with_outputs(LATE, main="windows")
+            | "Keys" >> beam.Keys()
+            | "DistinctKeys" >> beam.Distinct()
+            | "Punctuate"
+            >> beam.Map(
+                lambda key, end_ms: beam.window.TimestampedValue(
+                    (key, SearchQuery(query=key, event_time=end_ms, count=0)),
+                    to_timestamp(end_ms),
+                ),
+                end_ms=end,
+            ).with_output_types(tuple[str, SearchQuery])
         )
