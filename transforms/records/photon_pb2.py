@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ftransforms/records/photon.proto\x12\x10millwheel.photon\"\x7f\n\nQueryEvent\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x12\n\nevent_time\x18\x02 \x01(\x03\x12\x12\n\nquery_text\x18\x03 \x01(\t\x12\x15\n\radvertiser_id\x18\x04 \x01(\t\x12\r\n\x05\x61\x64_id\x18\x05 \x01(\t\x12\x11\n\trecord_id\x18\x06 \x01(\t\"f\n\nClickEvent\x12\x10\n\x08\x63lick_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x12\n\nevent_time\x18\x03 \x01(\x03\x12\r\n\x05\x61\x64_id\x18\x04 \x01(\t\x12\x11\n\trecord_id\x18\x05 \x01(\t\"z\n\x0bJoinedClick\x12+\n\x05\x63lick\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.ClickEvent\x12+\n\x05query\x18\x02 \x01(\x0b\x32\x1c.millwheel.photon.QueryEvent\x12\x11\n\tjoined_at\x18\x03 \x01(\x03')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ftransforms/records/photon.proto\x12\x10millwheel.photon\"\x7f\n\nQueryEvent\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x12\n\nevent_time\x18\x02 \x01(\x03\x12\x12\n\nquery_text\x18\x03 \x01(\t\x12\x15\n\radvertiser_id\x18\x04 \x01(\t\x12\r\n\x05\x61\x64_id\x18\x05 \x01(\t\x12\x11\n\trecord_id\x18\x06 \x01(\t\"f\n\nClickEvent\x12\x10\n\x08\x63lick_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x12\n\nevent_time\x18\x03 \x01(\x03\x12\r\n\x05\x61\x64_id\x18\x04 \x01(\t\x12\x11\n\trecord_id\x18\x05 \x01(\t\"z\n\x0bJoinedClick\x12+\n\x05\x63lick\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.ClickEvent\x12+\n\x05query\x18\x02 \x01(\x0b\x32\x1c.millwheel.photon.QueryEvent\x12\x11\n\tjoined_at\x18\x03 \x01(\x03\"\xda\x01\n\x0fUnjoinableClick\x12+\n\x05\x63lick\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.ClickEvent\x12\x38\n\x06reason\x18\x02 \x01(\x0e\x32(.millwheel.photon.UnjoinableClick.Reason\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"P\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x13\n\x0fQUERY_NOT_FOUND\x10\x01\x12\x19\n\x15OLDER_THAN_GC_HORIZON\x10\x02\"t\n\x0bJoinerEvent\x12-\n\x05query\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.QueryEventH\x00\x12-\n\x05\x63lick\x18\x02 \x01(\x0b\x32\x1c.millwheel.photon.ClickEventH\x00\x42\x07\n\x05\x65vent')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,4 +37,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CLICKEVENT']._serialized_end=284
   _globals['_JOINEDCLICK']._serialized_start=286
   _globals['_JOINEDCLICK']._serialized_end=408
+  _globals['_UNJOINABLECLICK']._serialized_start=411
+  _globals['_UNJOINABLECLICK']._serialized_end=629
+  _globals['_UNJOINABLECLICK_REASON']._serialized_start=549
+  _globals['_UNJOINABLECLICK_REASON']._serialized_end=629
+  _globals['_JOINEREVENT']._serialized_start=631
+  _globals['_JOINEREVENT']._serialized_end=747
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Mapping as _Mapping
@@ -44,3 +45,29 @@ class JoinedClick(_message.Message):
     query: QueryEvent
     joined_at: int
     def __init__(self, click: _Optional[_Union[ClickEvent, _Mapping]] = ..., query: _Optional[_Union[QueryEvent, _Mapping]] = ..., joined_at: _Optional[int] = ...) -> None: ...
+
+class UnjoinableClick(_message.Message):
+    __slots__ = ("click", "reason", "detail")
+    class Reason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        REASON_UNSPECIFIED: _ClassVar[UnjoinableClick.Reason]
+        QUERY_NOT_FOUND: _ClassVar[UnjoinableClick.Reason]
+        OLDER_THAN_GC_HORIZON: _ClassVar[UnjoinableClick.Reason]
+    REASON_UNSPECIFIED: UnjoinableClick.Reason
+    QUERY_NOT_FOUND: UnjoinableClick.Reason
+    OLDER_THAN_GC_HORIZON: UnjoinableClick.Reason
+    CLICK_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    click: ClickEvent
+    reason: UnjoinableClick.Reason
+    detail: str
+    def __init__(self, click: _Optional[_Union[ClickEvent, _Mapping]] = ..., reason: _Optional[_Union[UnjoinableClick.Reason, str]] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class JoinerEvent(_message.Message):
+    __slots__ = ("query", "click")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    CLICK_FIELD_NUMBER: _ClassVar[int]
+    query: QueryEvent
+    click: ClickEvent
+    def __init__(self, query: _Optional[_Union[QueryEvent, _Mapping]] = ..., click: _Optional[_Union[ClickEvent, _Mapping]] = ...) -> None: ...

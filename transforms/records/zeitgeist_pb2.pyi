@@ -67,20 +67,22 @@ class ModelUpdate(_message.Message):
     def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., revision: _Optional[int] = ..., history: _Optional[int] = ..., previous_window_start: _Optional[int] = ...) -> None: ...
 
 class ModelState(_message.Message):
-    __slots__ = ("level", "trend", "variance", "history", "last_window_start", "seasonal")
+    __slots__ = ("level", "trend", "variance", "history", "last_window_start", "seasonal", "excursion")
     LEVEL_FIELD_NUMBER: _ClassVar[int]
     TREND_FIELD_NUMBER: _ClassVar[int]
     VARIANCE_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     LAST_WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     SEASONAL_FIELD_NUMBER: _ClassVar[int]
+    EXCURSION_FIELD_NUMBER: _ClassVar[int]
     level: float
     trend: float
     variance: float
     history: int
     last_window_start: int
     seasonal: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, level: _Optional[float] = ..., trend: _Optional[float] = ..., variance: _Optional[float] = ..., history: _Optional[int] = ..., last_window_start: _Optional[int] = ..., seasonal: _Optional[_Iterable[float]] = ...) -> None: ...
+    excursion: int
+    def __init__(self, level: _Optional[float] = ..., trend: _Optional[float] = ..., variance: _Optional[float] = ..., history: _Optional[int] = ..., last_window_start: _Optional[int] = ..., seasonal: _Optional[_Iterable[float]] = ..., excursion: _Optional[int] = ...) -> None: ...
 
 class Anomaly(_message.Message):
     __slots__ = ("query", "kind", "window_start", "window_end", "actual", "expected", "score", "revision")

@@ -71,9 +71,12 @@ def _update(
 ) -> None:
     residual = actual - prediction.expected
     limit = params.robust_clip_sigma * prediction.stddev
-    # An outlier is clipped and down-weighted: a spike must not become the new
-    # normal within a few windows, or its end would look like a dip.
-    weight = 1.0 if abs(residual) <= limit else params.outlier_weight
+    state.excursion = _excursion(state.excursion, residual / prediction.stddev, params)
+    # During a young excursion (an episode, most likely) the model barely
+    # learns: a spike must not become the new normal within a few windows, or
+    # its end would look like a dip.
+    young = 0 < abs(state.excursion) <= params.max_excursion_windows
+    weight = params.outlier_weight if young else 1.0
     clipped = max(-limit, min(limit, residual))
     factor = _seasonal_factor(state, params, window_start, window_ms)
     base = max(state.level + params.trend_damping * state.trend, 0.0)
@@ -106,3 +109,14 @@ def _seasonal_factor(
 def _slot(params: ModelParams, window_start: int, window_ms: int) -> int:
     season_ms = SEASON_MS[params.seasonality]
     return (window_start % season_ms) // window_ms
+
+
+def _excursion(run: int, z: float, params: ModelParams) -> int:
+    """The signed excursion run length after a window with residual `z`."""
+    if run > 0 and z > params.excursion_exit_sigma:
+        return run + 1
+    if run < 0 and z < -params.excursion_exit_sigma:
+        return run - 1
+    if abs(z) > params.excursion_sigma:
+        return 1 if z > 0 else -1
+    return 0

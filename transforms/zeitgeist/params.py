@@ -38,10 +38,13 @@ class ModelParams:
     """Exponentially weighted level/trend/variance model per query.
 
     `alpha`, `beta` and `variance_alpha` weight the newest window in the level,
-    trend and variance. Observations further than `robust_clip_sigma`
-    standard deviations from the prediction are clipped and weighted by
-    `outlier_weight`, so a short episode barely moves the model while a
-    lasting shift is still learned. `seasonality` is "none", "daily" or
+    trend and variance. A run of windows that starts beyond
+    `excursion_sigma` standard deviations (and continues while beyond
+    `excursion_exit_sigma`, same side) is an excursion: for its first
+    `max_excursion_windows` windows observations are clipped to
+    `robust_clip_sigma` and weighted by `outlier_weight`, so an episode
+    barely moves the model (else its end would look like a dip) while a
+    lasting shift is learned once it has lasted. `seasonality` is "none", "daily" or
     "weekly"; its factors learn at rate `seasonal_alpha`.
     """
 
@@ -50,7 +53,10 @@ class ModelParams:
     trend_damping: float = 0.9
     variance_alpha: float = 0.05
     robust_clip_sigma: float = 3.0
-    outlier_weight: float = 0.1
+    outlier_weight: float = 0.05
+    excursion_sigma: float = 3.0
+    excursion_exit_sigma: float = 1.5
+    max_excursion_windows: int = 24
     seasonality: str = "none"
     seasonal_alpha: float = 0.2
 

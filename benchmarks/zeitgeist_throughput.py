@@ -1,0 +1,216 @@
+"""Throughput of the whole Zeitgeist pipeline against a numpy count floor.
+
+    python benchmarks/zeitgeist_throughput.py                 # 1M events, 3 runs
+    python benchmarks/zeitgeist_throughput.py --events 200000 --repeats 1
+    python benchmarks/zeitgeist_throughput.py --direct_num_workers 2 \\
+        --direct_running_mode multi_processing
+    python benchmarks/zeitgeist_throughput.py --runner SparkRunner ...
+
+A generated stream of about `--events` single searches (one record per
+search, in event-time order, no late or duplicate records) is written to a
+Parquet file and run through the job `python -m pipelines.zeitgeist --input
+FILE --output DIR --write_window_counts` builds: read, parse, event time,
+`Zeitgeist`, JSON Lines sinks. Unknown flags go to Beam, as with the CLI.
+
+Each run is a fresh subprocess, so that its peak RSS is the pipeline's alone
+(the parent holds the generated arrays), and is timed from `run()` to
+`wait_until_finish()`: interpreter start-up and pipeline construction are
+fixed costs, not throughput.
+
+The baseline, measured in the same run on the same generated arrays, is the
+floor for this job: counting searches per (query, window) with
+`np.bincount`. The pipeline's window counts must equal it (OK/MISMATCH).
+"""
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import zeitgeist
+from pipelines.outputs import read_output
+from pipelines.runner_choice import choose_runner
+from testing.zeitgeist_generator import DAY_MS, GeneratedStream, StreamSpec, generate
+from transforms.records.zeitgeist_pb2 import WindowCount
+from transforms.zeitgeist.composite import WINDOW_COUNTS
+
+# First argument of the subprocess that runs one pipeline.
+_CHILD = "--_run_pipeline"
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The benchmark's flags, and the rest for Beam."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--events", type=int, default=1_000_000, help="about this many searches"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="pipeline runs")
+    parser.add_argument("--num_queries", type=int, default=100)
+    parser.add_argument(
+        "--window_seconds", type=int, default=300, help="the job's window size"
+    )
+    parser.add_argument("--seed", type=int, default=7, help="generator seed")
+    return parser.parse_known_args(argv)
+
+
+def generate_stream(
+    events: int, num_queries: int, window_ms: int, seed: int
+) -> GeneratedStream:
+    """About `events` searches, one record each, from the default traffic.
+
+    The duration is sized on the mean baseline traffic of one generated
+    day: a whole day, because every query's seasonal profile averages out
+    over it. Episodes and Poisson noise make the final count approximate.
+    """
+    probe = StreamSpec(
+        num_queries=num_queries,
+        duration_ms=DAY_MS - DAY_MS % window_ms,
+        window_ms=window_ms,
+    )
+    per_window = generate(probe, seed).baseline_counts.sum() / probe.num_windows
+    windows = max(1, round(events / per_window))
+    return generate(dataclasses.replace(probe, duration_ms=windows * window_ms), seed)
+
+
+def numpy_counts(stream: GeneratedStream) -> np.ndarray:
+    """Searches per (query, window), shape (num_queries, num_windows)."""
+    spec = stream.spec
+    window = (stream.event_time_ms - spec.start_ms) // spec.window_ms
+    cell = stream.query_index.astype(np.int64) * spec.num_windows + window
+    cells = spec.num_queries * spec.num_windows
+    counts = np.bincount(cell, weights=stream.count, minlength=cells)
+    return counts.astype(np.int64).reshape(spec.num_queries, spec.num_windows)
+
+
+def time_numpy(stream: GeneratedStream, repeats: int) -> tuple[list[float], np.ndarray]:
+    """Seconds of each of `repeats` numpy counts, and the counts."""
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        counts = numpy_counts(stream)
+        seconds.append(time.perf_counter() - started)
+    return seconds, counts
+
+
+def run_pipeline(source: str, output: pathlib.Path, argv: Sequence[str]) -> float:
+    """Run the CLI's job on `source` in this process; return its seconds.
+
+    `argv` holds `--window_seconds` and Beam's flags, parsed as the CLI does.
+    """
+    cli = ["--input", source, "--output", str(output), "--write_window_counts"]
+    args, beam_args = zeitgeist.parse_args([*cli, *argv])
+    transform = zeitgeist.zeitgeist_transform(zeitgeist.load_config(args))
+    runner, beam_args = choose_runner(beam_args)
+    pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
+    zeitgeist.build(pipeline, args.input, None, transform, output, [WINDOW_COUNTS])
+    started = time.perf_counter()
+    pipeline.run().wait_until_finish()
+    return time.perf_counter() - started
+
+
+def time_pipeline(source: pathlib.Path, output: pathlib.Path, argv: list[str]) -> float:
+    """One run in a fresh interpreter; its output goes to `output`."""
+    done = subprocess.run(
+        [sys.executable, __file__, _CHILD, str(source), str(output), *argv],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        sys.exit(f"pipeline run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.splitlines()[-1])["seconds"]
+
+
+def check_counts(
+    output: pathlib.Path, stream: GeneratedStream, counts: np.ndarray
+) -> tuple[bool, int]:
+    """Whether one run's non-empty window counts are numpy's; how many.
+
+    Sorted lists rather than dicts, so that a window emitted twice is a
+    mismatch too. Zero-count windows are the pipeline's own (dips need them).
+    """
+    emitted = sorted(
+        (w.query, w.window_start, w.count)
+        for w in read_output(output, WINDOW_COUNTS, WindowCount)
+        if w.count
+    )
+    query, window = np.nonzero(counts)
+    expected = sorted(
+        zip(
+            [stream.query_names[q] for q in query.tolist()],
+            stream.window_starts[window].tolist(),
+            counts[query, window].tolist(),
+            strict=True,
+        )
+    )
+    return emitted == expected, len(expected)
+
+
+def report(
+    stream: GeneratedStream,
+    pipeline_s: list[float],
+    numpy_s: list[float],
+    check: tuple[bool, int],
+    argv: list[str],
+) -> str:
+    """The printed result: rates by median time, ratio, RSS and the check."""
+    events = int(stream.count.sum())
+    pipeline_rate = events / statistics.median(pipeline_s)
+    numpy_rate = events / statistics.median(numpy_s)
+    # Linux reports ru_maxrss in KiB, of the largest single process among
+    # the finished children and the descendants they waited for: workers of
+    # a multi-process runner are not summed.
+    rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    ok, windows = check
+    runs = ", ".join(f"{s:.1f}" for s in pipeline_s)
+    spec = stream.spec
+    return "\n".join(
+        [
+            f"Zeitgeist throughput: {events:,} events, {spec.num_queries} queries x "
+            f"{spec.num_windows} windows of {spec.window_ms // 1000} s, "
+            f"{len(pipeline_s)} repeat(s), Beam args: {' '.join(argv) or '(none)'}",
+            f"pipeline  {pipeline_rate:>14,.0f} events/s  median of runs {runs} s",
+            f"numpy     {numpy_rate:>14,.0f} events/s  "
+            f"median {statistics.median(numpy_s) * 1000:.1f} ms",
+            f"ratio     {pipeline_rate / numpy_rate:.2e}  (pipeline / numpy)",
+            f"peak RSS  {rss_mib:,.0f} MiB  (largest pipeline process)",
+            f"counts    {'OK' if ok else 'MISMATCH'}  ({windows:,} non-empty windows)",
+        ]
+    )
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run the benchmark (or, in the subprocess, one pipeline); exit status."""
+    if argv[:1] == [_CHILD]:
+        source, output, *rest = argv[1:]
+        print(json.dumps({"seconds": run_pipeline(source, pathlib.Path(output), rest)}))
+        return 0
+    args, beam_args = parse_args(argv)
+    child_argv = [f"--window_seconds={args.window_seconds}", *beam_args]
+    stream = generate_stream(
+        args.events, args.num_queries, args.window_seconds * 1000, args.seed
+    )
+    numpy_s, counts = time_numpy(stream, args.repeats)
+    with tempfile.TemporaryDirectory(prefix="zeitgeist_throughput_") as tmp:
+        source = pathlib.Path(tmp) / "searches.parquet"
+        stream.write_parquet(source)
+        outputs = [pathlib.Path(tmp) / f"run{i}" for i in range(args.repeats)]
+        pipeline_s = [time_pipeline(source, out, child_argv) for out in outputs]
+        checks = [check_counts(out, stream, counts) for out in outputs]
+    check = (all(ok for ok, _ in checks), checks[0][1])
+    print(report(stream, pipeline_s, numpy_s, check, beam_args))
+    return 0 if check[0] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,178 @@
+"""`python -m pipelines.photon_verify`: restore clicks lost between commit and write.
+
+    python -m pipelines.photon_verify --queries q.jsonl --clicks c.jsonl \\
+        --joined /tmp/dc-east --joined /tmp/dc-west --output /tmp/verify \\
+        --bigtable_project P --bigtable_instance I
+
+Reads the click log, the joined outputs (joined*.jsonl in each `--joined`
+directory) and the id registry; reports the clicks that are registered but
+absent from every output, releases their registrations, and re-runs the join
+for them under its own `--pipeline_id` (default `<pipeline.id>-verify`),
+writing joined*.jsonl, unjoinable*.jsonl, wasted*.jsonl and
+dead_letters*.jsonl to OUTPUT. Run it once the pipelines have finished.
+`--dry_run` only reports. The Bigtable defaults to `$BIGTABLE_EMULATOR_HOST`
+with the project and instance `pipelines.photon` uses for its own emulator.
+"""
+
+import argparse
+import logging
+import os
+import pathlib
+import sys
+import warnings
+from collections.abc import Iterator, Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import photon
+from pipelines.outputs import read_output
+from pipelines.runner_choice import choose_runner
+from pipelines.summary import format_table
+from transforms.photon import JOINED, BigtableTarget, IdRegistry, PhotonJoin
+from transforms.photon.verification import Findings, find_lost, release_lost
+from transforms.records.file_reader import FileReader
+from transforms.records.parse import parse_click_event
+from transforms.records.photon_pb2 import ClickEvent, JoinedClick
+from transforms.records.readers import DEFAULT_MAX_LINE_BYTES, infer_format
+
+_log = logging.getLogger("pipelines.photon_verify")
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.photon_verify",
+        description=__doc__.split("\n\n")[0],
+    )
+    photon.add_common_args(parser)
+    parser.add_argument(
+        "--joined",
+        action="append",
+        required=True,
+        help="output directory of a Photon pipeline; repeatable",
+    )
+    parser.add_argument("--dry_run", action="store_true", help="only report")
+    return parser.parse_known_args(argv)
+
+
+def logged_clicks(patterns: Sequence[str], input_format: str | None) -> Iterator:
+    """The valid click events of the logs (bad lines are the pipelines' concern)."""
+    for pattern in patterns:
+        fmt = input_format or infer_format(pattern)
+        for match in FileSystems.match([pattern])[0].metadata_list:
+            reader = FileReader(
+                parse_click_event, "ClickEvent", DEFAULT_MAX_LINE_BYTES, match.path
+            )
+            with FileSystems.open(match.path) as fh:
+                for record in reader.read(fmt, fh):
+                    if isinstance(record, ClickEvent):
+                        yield record
+
+
+def output_ids(directories: Sequence[str]) -> set[str]:
+    return {
+        joined.click.click_id
+        for directory in directories
+        for joined in read_output(pathlib.Path(directory), JOINED, JoinedClick)
+    }
+
+
+def rejoin(
+    args: argparse.Namespace,
+    beam_args: list[str],
+    transform: PhotonJoin,
+    released: set[str],
+) -> None:
+    """Run the join over the released clicks and their queries only."""
+    runner, beam_args = choose_runner(beam_args)
+    pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
+    photon.build(
+        pipeline,
+        args.queries,
+        args.clicks,
+        args.input_format,
+        _OnlyReleased(transform, released),
+        pathlib.Path(args.output),
+    )
+    pipeline.run().wait_until_finish()
+
+
+class _OnlyReleased(beam.PTransform):
+    """`transform` applied to the released clicks and their queries."""
+
+    def __init__(self, transform: PhotonJoin, released: set[str]) -> None:
+        super().__init__()
+        self._transform = transform
+        self._released = released
+
+    def expand(self, inputs):
+        queries, clicks = inputs
+        released = self._released
+        clicks = clicks | "Released" >> beam.Filter(lambda c: c.click_id in released)
+        query_ids = beam.pvalue.AsDict(
+            clicks | "QueryIds" >> beam.Map(lambda c: (c.query_id, None))
+        )
+        queries = queries | "TheirQueries" >> beam.Filter(
+            lambda q, ids: q.query_id in ids, ids=query_ids
+        )
+        return (queries, clicks) | "Rejoin" >> self._transform
+
+
+def report(findings: Findings, token: str, rejoined: int | None) -> str:
+    shown = ", ".join(list(findings.lost)[:10])
+    more = "" if len(findings.lost) <= 10 else f" (+{len(findings.lost) - 10})"
+    rows = [
+        ("clicks in the log", findings.logged),
+        ("in the outputs", findings.output),
+        ("registered", findings.registered),
+        ("registered, not output", f"{len(findings.lost)} {shown}{more}".strip()),
+        ("released", len(findings.released)),
+        ("re-joined", "-" if rejoined is None else f"{rejoined} under {token}"),
+    ]
+    return format_table("Photon verification", rows)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.queries or not args.clicks:
+        raise SystemExit("--queries and --clicks are required")
+    config = photon.load_config(args)
+    token = args.pipeline_id or f"{config['pipeline']['id']}-verify"
+    if not args.bigtable_project and not os.environ.get("BIGTABLE_EMULATOR_HOST"):
+        raise SystemExit(
+            "give --bigtable_project/--bigtable_instance, or set "
+            "BIGTABLE_EMULATOR_HOST to the emulator the pipelines used"
+        )
+    project = args.bigtable_project or photon.LOCAL_BIGTABLE[0]
+    instance = args.bigtable_instance or photon.LOCAL_BIGTABLE[1]
+    tables = config["bigtable"]
+    target = BigtableTarget(
+        project, instance, tables["registry_table"], tables["events_table"]
+    )
+    params = photon.registry_params(config)
+    registry = IdRegistry(target, params.gc_days)
+    try:
+        logged = {c.click_id for c in logged_clicks(args.clicks, args.input_format)}
+        findings = find_lost(logged, output_ids(args.joined), registry)
+        if not args.dry_run:
+            release_lost(findings, registry)
+    finally:
+        registry.close()
+    rejoined = None
+    if findings.released:
+        output = pathlib.Path(args.output)
+        output.mkdir(parents=True, exist_ok=True)
+        transform = PhotonJoin(target, token, photon.join_params(config), params)
+        rejoin(args, beam_args, transform, set(findings.released))
+        rejoined = len(read_output(output, JOINED, JoinedClick))
+    print(report(findings, token, rejoined))
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    warnings.filterwarnings("ignore", "Connecting to Bigtable emulator")
+    sys.exit(run())
