@@ -1,7 +1,8 @@
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -71,3 +72,15 @@ class JoinerEvent(_message.Message):
     query: QueryEvent
     click: ClickEvent
     def __init__(self, query: _Optional[_Union[QueryEvent, _Mapping]] = ..., click: _Optional[_Union[ClickEvent, _Mapping]] = ...) -> None: ...
+
+class JoinerState(_message.Message):
+    __slots__ = ("query", "pending", "seen_click_ids", "gc_at")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    SEEN_CLICK_IDS_FIELD_NUMBER: _ClassVar[int]
+    GC_AT_FIELD_NUMBER: _ClassVar[int]
+    query: QueryEvent
+    pending: _containers.RepeatedCompositeFieldContainer[ClickEvent]
+    seen_click_ids: _containers.RepeatedScalarFieldContainer[str]
+    gc_at: int
+    def __init__(self, query: _Optional[_Union[QueryEvent, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[ClickEvent, _Mapping]]] = ..., seen_click_ids: _Optional[_Iterable[str]] = ..., gc_at: _Optional[int] = ...) -> None: ...

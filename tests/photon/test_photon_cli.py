@@ -1,0 +1,192 @@
+"""`python -m pipelines.photon` and `photon_verify` end to end, in subprocesses.
+
+Expected values come from the generator's ground truth (`truth.json`), never
+from the code under test.
+"""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from testing.photon_generator import PhotonSpec, generate
+
+pytestmark = [pytest.mark.bigtable, pytest.mark.slow]
+
+GC_DAYS = 3
+
+
+def start_cli(module, *args):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def finish(process):
+    stdout, stderr = process.communicate(timeout=300)
+    if process.returncode != 0:
+        pytest.fail(f"CLI failed ({process.returncode}):\n{stderr[-3000:]}")
+    return stdout
+
+
+def run_cli(module, *args):
+    return finish(start_cli(module, *args))
+
+
+def read_jsonl(folder, name):
+    rows = []
+    for path in sorted(folder.glob(f"{name}*.jsonl")):
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line]
+    return rows
+
+
+def click_ids(folder, name):
+    return [row["click"]["click_id"] for row in read_jsonl(folder, name)]
+
+
+def summary_value(stdout, label):
+    line = next(line for line in stdout.splitlines() if line.startswith(label))
+    return int(line[len(label) :].split()[0])
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    spec = PhotonSpec(
+        num_queries=150, old_clicks=2, old_age_days=GC_DAYS + 7, bad_lines=3
+    )
+    generated = generate(spec, seed=5)
+    folder = tmp_path_factory.mktemp("logs")
+    queries, clicks = generated.write(folder)
+    truth = json.loads((folder / "truth.json").read_text())
+    return {"queries": str(queries), "clicks": str(clicks), "truth": truth}
+
+
+def pipeline_args(logs, bigtable_instance, output, pipeline_id, *extra):
+    return (
+        "--queries",
+        logs["queries"],
+        "--clicks",
+        logs["clicks"],
+        "--output",
+        str(output),
+        "--bigtable_project",
+        bigtable_instance.project,
+        "--bigtable_instance",
+        bigtable_instance.instance_id,
+        "--pipeline_id",
+        pipeline_id,
+        "--now_ms",
+        str(logs["truth"]["now_ms"]),
+        "--gc_days",
+        str(GC_DAYS),
+        # Small batches interleave the two pipelines' registrations.
+        "--set",
+        "registry.max_batch=20",
+        *extra,
+    )
+
+
+def test_two_concurrent_pipelines_output_each_click_once(
+    logs, bigtable_instance, tmp_path
+):
+    outputs = {name: tmp_path / name for name in ("east", "west")}
+    running = [
+        start_cli(
+            "pipelines.photon", *pipeline_args(logs, bigtable_instance, out, name)
+        )
+        for name, out in outputs.items()
+    ]
+    stdouts = [finish(process) for process in running]
+
+    truth = logs["truth"]
+    joined = collections.Counter(
+        click_id for out in outputs.values() for click_id in click_ids(out, "joined")
+    )
+    assert set(joined) == set(truth["joinable"])
+    assert set(joined.values()) == {1}
+    # Both joined every click; each click's loser wasted its join.
+    wasted = collections.Counter(
+        click_id for out in outputs.values() for click_id in click_ids(out, "wasted")
+    )
+    assert wasted == collections.Counter(truth["joinable"].keys())
+    assert sum(summary_value(s, "wasted joins") for s in stdouts) == len(
+        truth["joinable"]
+    )
+    for out, stdout in zip(outputs.values(), stdouts, strict=True):
+        unjoinable = {
+            (row["click"]["click_id"], row["reason"])
+            for row in read_jsonl(out, "unjoinable")
+        }
+        assert unjoinable == {
+            *((c, "QUERY_NOT_FOUND") for c in truth["orphans"]),
+            *((c, "OLDER_THAN_GC_HORIZON") for c in truth["too_old"]),
+        }
+        assert len(read_jsonl(out, "dead_letters")) == truth["bad_lines"]
+        assert summary_value(stdout, "duplicate clicks") == truth["duplicates"]
+
+
+def test_verify_restores_clicks_lost_between_commit_and_write(
+    logs, bigtable_instance, tmp_path
+):
+    crashed, verified = tmp_path / "crashed", tmp_path / "verified"
+    run_cli(
+        "pipelines.photon",
+        *pipeline_args(
+            logs,
+            bigtable_instance,
+            crashed,
+            "east",
+            "--fail_after_register_fraction",
+            "0.3",
+        ),
+    )
+    joinable = set(logs["truth"]["joinable"])
+    lost = joinable - set(click_ids(crashed, "joined"))
+    assert lost, "the fault injection lost no click"
+
+    stdout = run_cli(
+        "pipelines.photon_verify",
+        "--queries",
+        logs["queries"],
+        "--clicks",
+        logs["clicks"],
+        "--joined",
+        str(crashed),
+        "--output",
+        str(verified),
+        "--bigtable_project",
+        bigtable_instance.project,
+        "--bigtable_instance",
+        bigtable_instance.instance_id,
+        "--now_ms",
+        str(logs["truth"]["now_ms"]),
+    )
+    assert summary_value(stdout, "registered, not output") == len(lost)
+    assert summary_value(stdout, "released") == len(lost)
+    restored = click_ids(verified, "joined")
+    assert sorted(restored) == sorted(lost)
+    union = collections.Counter(click_ids(crashed, "joined") + restored)
+    assert set(union) == joinable
+    assert set(union.values()) == {1}
+
+
+def test_generated_run_matches_its_ground_truth(tmp_path):
+    # No inputs, no Bigtable: the job generates logs and brings an emulator
+    # (or uses $BIGTABLE_EMULATOR_HOST), then checks itself against the truth.
+    stdout = run_cli(
+        "pipelines.photon", "--output", str(tmp_path), "--num_queries", "60"
+    )
+    truth = json.loads((tmp_path / "generated" / "truth.json").read_text())
+    assert summary_value(stdout, "joinable clicks (truth)") == len(truth["joinable"])
+    assert summary_value(stdout, "joined exactly once") == len(truth["joinable"])
+    assert summary_value(stdout, "missing") == 0
+    assert summary_value(stdout, "output more than once") == 0
+    assert sorted(click_ids(tmp_path, "joined")) == sorted(truth["joinable"])

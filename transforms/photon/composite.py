@@ -1,0 +1,121 @@
+"""``PhotonJoin``: query and click streams in, each click joined exactly once.
+
+The flow of the Photon paper, as Beam steps:
+
+1. ``ValidateQueries`` / ``ValidateClicks``: events without the ids or the
+   event time the join needs go to ``dead_letters``.
+2. ``StoreQueries``: every valid query is written to the event store.
+3. ``Join``: the tagged union of both streams, keyed by query id, through
+   the ``Joiner`` (state: query, pending clicks, seen click ids; timers:
+   ``max_wait`` deadlines and a TTL GC). Clicks whose query never comes go to
+   ``unjoinable``.
+4. ``Register``: each candidate must win its click id in the id registry
+   under this pipeline's token before it is output as ``joined``; a click
+   another pipeline holds is ``wasted``; one older than the registry's GC
+   horizon is ``unjoinable``.
+
+Inputs must carry their event time as element timestamp: the watermark
+drives the deadlines and the GC. Every drop is counted in the
+``millwheel.photon`` namespace.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from transforms.photon.event_store import WriteToEventStore
+from transforms.photon.joiner import UNJOINABLE, Joiner
+from transforms.photon.params import BigtableTarget, JoinParams, RegistryParams
+from transforms.photon.registration import WASTED, RegisterJoins
+from transforms.photon.validation import DEAD_LETTERS, ValidateEvents
+from transforms.records import coders as _coders  # noqa: F401  registers coders
+from transforms.records.dead_letter_pb2 import DeadLetter
+from transforms.records.photon_pb2 import (
+    ClickEvent,
+    JoinedClick,
+    JoinerEvent,
+    QueryEvent,
+    UnjoinableClick,
+)
+
+JOINED = "joined"
+OUTPUTS = (JOINED, UNJOINABLE, WASTED, DEAD_LETTERS)
+
+
+def _keyed_query(query: QueryEvent) -> tuple[str, JoinerEvent]:
+    return query.query_id, JoinerEvent(query=query)
+
+
+def _keyed_click(click: ClickEvent) -> tuple[str, JoinerEvent]:
+    return click.query_id, JoinerEvent(click=click)
+
+
+class PhotonJoin(beam.PTransform):
+    """``(queries, clicks) | PhotonJoin(...)`` -> dict of PCollections.
+
+    Keys of the result (see ``OUTPUTS``): ``joined`` (``JoinedClick``, each
+    click id at most once across all pipelines sharing the registry),
+    ``unjoinable`` (``UnjoinableClick`` with its reason), ``wasted``
+    (``JoinedClick``s another pipeline registered first) and
+    ``dead_letters`` (``DeadLetter``).
+
+    ``token`` identifies this pipeline in the id registry: redundant
+    pipelines need distinct tokens, a replay of the same pipeline the same.
+    """
+
+    def __init__(
+        self,
+        target: BigtableTarget,
+        token: str,
+        join: JoinParams = JoinParams(),
+        registry: RegistryParams = RegistryParams(),
+    ) -> None:
+        super().__init__()
+        self._target = target
+        self._token = token
+        self._join = join
+        self._registry = registry
+
+    def expand(
+        self, inputs: tuple[beam.PCollection, beam.PCollection]
+    ) -> dict[str, beam.PCollection]:
+        queries, clicks = inputs
+        valid_queries = queries | "ValidateQueries" >> _validate(QueryEvent)
+        valid_clicks = clicks | "ValidateClicks" >> _validate(ClickEvent)
+        _ = valid_queries.valid | "StoreQueries" >> beam.ParDo(
+            WriteToEventStore(self._target, self._registry.max_batch)
+        )
+        keyed = (
+            valid_queries.valid
+            | "KeyQueries"
+            >> beam.Map(_keyed_query).with_output_types(tuple[str, JoinerEvent]),
+            valid_clicks.valid
+            | "KeyClicks"
+            >> beam.Map(_keyed_click).with_output_types(tuple[str, JoinerEvent]),
+        ) | "Union" >> beam.Flatten()
+        joined = keyed | "Join" >> beam.ParDo(
+            Joiner(self._target, self._join)
+        ).with_output_types(JoinedClick, **{UNJOINABLE: UnjoinableClick}).with_outputs(
+            UNJOINABLE, main="candidates"
+        )
+        registered = joined.candidates | "Register" >> beam.ParDo(
+            RegisterJoins(self._target, self._token, self._registry)
+        ).with_output_types(
+            JoinedClick, **{UNJOINABLE: UnjoinableClick, WASTED: JoinedClick}
+        ).with_outputs(UNJOINABLE, WASTED, main=JOINED)
+        return {
+            JOINED: registered[JOINED],
+            UNJOINABLE: (joined[UNJOINABLE], registered[UNJOINABLE])
+            | "MergeUnjoinable" >> beam.Flatten(),
+            WASTED: registered[WASTED],
+            DEAD_LETTERS: (valid_queries[DEAD_LETTERS], valid_clicks[DEAD_LETTERS])
+            | "MergeDeadLetters" >> beam.Flatten(),
+        }
+
+
+def _validate(record_type: type) -> beam.PTransform:
+    return (
+        beam.ParDo(ValidateEvents())
+        .with_output_types(record_type, **{DEAD_LETTERS: DeadLetter})
+        .with_outputs(DEAD_LETTERS, main="valid")
+    )

@@ -1,0 +1,136 @@
+"""Registering join candidates in the id registry, batched per bundle.
+
+``RegisterJoins`` sits between the joiner and the output. It is not keyed and
+keeps no Beam state: candidates are buffered in the DoFn and registered
+``max_batch`` at a time, the rest at the end of the bundle, with all of a
+batch's conditional inserts in flight together (``IdRegistry.register_many``).
+Since a bundle's outputs are committed only after ``finish_bundle``, no
+candidate is output before its registration has committed.
+
+For each candidate ``JoinedClick``:
+
+- older than the registry's GC horizon (by ``RegistryParams.now_ms`` or the
+  wall clock): ``unjoinable`` with reason ``OLDER_THAN_GC_HORIZON``, never
+  registered (the registry may have forgotten an earlier join of it);
+- registered now, or already under this pipeline's token (a retried
+  bundle): output as ``joined``;
+- registered under another token: output as ``wasted``, and counted.
+
+Outputs keep the candidate's timestamp and window. The token is the
+pipeline's identity: every copy of the pipeline must use its own, and a
+restarted pipeline that replays its input must reuse its old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+from apache_beam.utils.windowed_value import WindowedValue
+
+from transforms.photon.event_store import METRICS_NAMESPACE
+from transforms.photon.id_registry import IdRegistry, Outcome, older_than_horizon
+from transforms.photon.joiner import UNJOINABLE
+from transforms.photon.params import BigtableTarget, RegistryParams
+from transforms.records.photon_pb2 import JoinedClick, UnjoinableClick
+
+WASTED = "wasted"
+
+
+def lost_after_register(click_id: str, fraction: float) -> bool:
+    """TEST ONLY: whether fault injection drops ``click_id`` after registering.
+
+    A hash of the id, so every process and every retry picks the same clicks.
+    """
+    if fraction <= 0.0:
+        return False
+    digest = hashlib.blake2b(click_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < fraction * 2**64
+
+
+class RegisterJoins(beam.DoFn):
+    """Lets a join candidate out only once its click id is registered."""
+
+    def __init__(
+        self, target: BigtableTarget, token: str, params: RegistryParams
+    ) -> None:
+        if not token:
+            raise ValueError("the registration token must be non-empty")
+        self._target = target
+        self._token = token
+        self._params = params
+        counter = lambda name: Metrics.counter(METRICS_NAMESPACE, name)  # noqa: E731
+        self._joined = counter("clicks_joined")
+        self._wasted = counter("wasted_joins")
+        self._retried = counter("registrations_already_mine")
+        self._too_old = counter("unjoinable_older_than_gc_horizon")
+        self._lost = counter("lost_after_register")
+        self._batches = Metrics.distribution(METRICS_NAMESPACE, "registration_batch")
+
+    def setup(self) -> None:
+        self._registry = IdRegistry(
+            self._target,
+            self._params.gc_days,
+            max_in_flight=self._params.max_in_flight,
+        )
+
+    def teardown(self) -> None:
+        registry = getattr(self, "_registry", None)
+        if registry is not None:
+            registry.close()
+
+    def start_bundle(self) -> None:
+        self._buffer: list[WindowedValue] = []
+
+    def process(
+        self,
+        candidate: JoinedClick,
+        timestamp=beam.DoFn.TimestampParam,
+        window=beam.DoFn.WindowParam,
+    ) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
+        now_ms = self._params.now_ms
+        if now_ms is None:
+            now_ms = time.time_ns() // 1_000_000
+        reason = older_than_horizon(
+            candidate.click.event_time, now_ms, self._params.gc_days
+        )
+        if reason is not None:
+            self._too_old.inc()
+            rejected = UnjoinableClick(
+                click=candidate.click,
+                reason=UnjoinableClick.OLDER_THAN_GC_HORIZON,
+                detail=reason,
+            )
+            yield beam.pvalue.TaggedOutput(UNJOINABLE, rejected)
+            return
+        self._buffer.append(WindowedValue(candidate, timestamp, (window,)))
+        if len(self._buffer) >= self._params.max_batch:
+            yield from self._flush()
+
+    def finish_bundle(self) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
+        yield from self._flush()
+
+    def _flush(self) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
+        batch, self._buffer = self._buffer, []
+        if not batch:
+            return
+        self._batches.update(len(batch))
+        click_ids = [candidate.value.click.click_id for candidate in batch]
+        outcomes = self._registry.register_many(click_ids, self._token)
+        for candidate, outcome in zip(batch, outcomes, strict=True):
+            if outcome is Outcome.DUPLICATE:
+                self._wasted.inc()
+                yield beam.pvalue.TaggedOutput(WASTED, candidate)
+                continue
+            if outcome is Outcome.ALREADY_MINE:
+                self._retried.inc()
+            click_id = candidate.value.click.click_id
+            fraction = self._params.fail_after_register_fraction
+            if lost_after_register(click_id, fraction):
+                self._lost.inc()
+                continue
+            self._joined.inc()
+            yield candidate

@@ -1,0 +1,66 @@
+"""Verification: find clicks the registry holds but no output has, and free them.
+
+A pipeline that dies between committing a click's registration and writing
+the joined click leaves the click registered (so every other attempt is
+refused as a duplicate) yet absent from every output: lost. Photon's
+verification compares the click log, the joined output and the registry,
+releases the registrations of such clicks, and joins them again.
+
+This module does the comparison and the release; re-joining is the
+``PhotonJoin`` of the released clicks under a fresh token, wired by
+``pipelines.photon_verify``. Run it on finished outputs only: a click that a
+running pipeline has registered but not yet written looks lost too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from transforms.photon.id_registry import IdRegistry
+
+
+@dataclass
+class Findings:
+    """What verification found, by click id."""
+
+    logged: int = 0
+    output: int = 0
+    registered: int = 0
+    # click id -> token that holds it, for clicks registered but not output.
+    lost: dict[str, str] = field(default_factory=dict)
+    released: list[str] = field(default_factory=list)
+
+
+def find_lost(
+    logged_ids: Iterable[str], output_ids: Iterable[str], registry: IdRegistry
+) -> Findings:
+    """Clicks of the log that are registered but absent from every output."""
+    logged = set(logged_ids)
+    output = set(output_ids)
+    owners = registry.owners(sorted(logged))
+    lost = {
+        click_id: token
+        for click_id, token in sorted(owners.items())
+        if click_id not in output
+    }
+    return Findings(
+        logged=len(logged),
+        output=len(output & logged),
+        registered=len(owners),
+        lost=lost,
+    )
+
+
+def release_lost(findings: Findings, registry: IdRegistry) -> list[str]:
+    """Release each lost click's registration if its token still holds it.
+
+    Returns (and records in ``findings.released``) the released ids; a click
+    re-registered by someone else meanwhile is left alone.
+    """
+    findings.released = [
+        click_id
+        for click_id, token in findings.lost.items()
+        if registry.release(click_id, token)
+    ]
+    return findings.released
