@@ -49,7 +49,7 @@ from transforms.zeitgeist.query_keys import normalizer
 
 _log = logging.getLogger("pipelines.zeitgeist")
 DEFAULT_CONFIG = config_loader.CONFIG_DIR / "zeitgeist.yaml"
-METRIC_NAMESPACES = ("millwheel.records", "millwheel.zeitgeist")
+METRIC_NAMESPACES = ("millwheel.records", "millwheel.dedup", "millwheel.zeitgeist")
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -135,6 +135,7 @@ def zeitgeist_transform(config: config_loader.Config) -> Zeitgeist:
         model=ModelParams(**config["model"]),
         detector=DetectorParams(**config["detector"]),
         key_fn=normalizer(config["keys"]["normalization"]),
+        dedup_horizon_ms=int(config["dedup"]["horizon_seconds"] * 1000),
     )
 
 
@@ -213,6 +214,7 @@ def summary(result, elapsed_s: float, output: pathlib.Path) -> str:
         ("  of which zero-count", get("millwheel.zeitgeist/zero_windows_emitted")),
         ("spikes", get("millwheel.zeitgeist/spikes_detected")),
         ("dips", get("millwheel.zeitgeist/dips_detected")),
+        ("duplicates dropped", get("millwheel.dedup/duplicates")),
         ("late records", get("millwheel.zeitgeist/late_records")),
         ("window corrections", get("millwheel.zeitgeist/window_corrections")),
         ("dead letters", dead),

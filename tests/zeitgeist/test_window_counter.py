@@ -200,3 +200,23 @@ def test_out_of_order_within_lateness_gives_the_in_order_counts(seed):
     with pipeline:
         assert_that(outputs[WINDOW_COUNTS] | beam.Map(as_row), final_counts_match)
         expect(outputs[LATE_RECORDS], [], lambda s: s, "NothingLate")
+
+
+def test_resent_searches_are_counted_once_with_dedup():
+    params = WindowParams(size_ms=MINUTE, activity_horizon_windows=0)
+    scenario = (
+        ZeitgeistScenario()
+        .add("q", T0 + 5, record_id="a")
+        .add("q", T0 + 6, record_id="b")
+        .add("q", T0 + 5, record_id="a")
+        # Pre-aggregated counts have no id: never deduplicated.
+        .add("q", T0 + 7, count=3, record_id="")
+        .add("q", T0 + 7, count=3, record_id="")
+        .advance_watermark(T0 + 2 * MINUTE)
+    )
+    pipeline = streaming_pipeline()
+    outputs = pipeline | scenario.build() | Zeitgeist(
+        window=params, dedup_horizon_ms=10 * MINUTE
+    )
+    with pipeline:
+        expect(outputs[WINDOW_COUNTS], [("q", 0, 8, 0)], as_row, "Windows")

@@ -5,6 +5,7 @@ from collections.abc import Callable
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from transforms.millwheel.dedup import DedupByRecordId
 from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.zeitgeist_pb2 import (
     Anomaly,
@@ -77,6 +78,11 @@ class Zeitgeist(beam.PTransform):
       emitted and were not folded in (see `transforms.millwheel.lateness`);
     - ``dead_letters``: `DeadLetter` records for unusable searches.
 
+    With `dedup_horizon_ms`, searches that carry a `record_id` are
+    deduplicated per query (`DedupByRecordId`) before counting: a re-sent
+    search within the horizon is counted once. Searches without an id (e.g.
+    pre-aggregated counts) are counted as they come.
+
     Example::
 
         outputs = searches | Zeitgeist(WindowParams(size_ms=60_000))
@@ -89,8 +95,10 @@ class Zeitgeist(beam.PTransform):
         model: ModelParams = ModelParams(),
         detector: DetectorParams = DetectorParams(),
         key_fn: Callable[[str], str] = fold,
+        dedup_horizon_ms: int = 0,
     ):
         super().__init__()
+        self._dedup_horizon_ms = dedup_horizon_ms
         self._window = window
         self._model = model
         self._detector = detector
@@ -102,7 +110,12 @@ class Zeitgeist(beam.PTransform):
         ).with_output_types(
             tuple[str, SearchQuery], **{DEAD_LETTERS: DeadLetter}
         ).with_outputs(DEAD_LETTERS, main="keyed")
-        counted = keyed.keyed | "CountWindows" >> CountWindows(self._window)
+        searches_by_key = keyed.keyed
+        if self._dedup_horizon_ms:
+            searches_by_key = searches_by_key | "DedupByRecordId" >> _DedupIdentified(
+                self._dedup_horizon_ms
+            )
+        counted = searches_by_key | "CountWindows" >> CountWindows(self._window)
         # Corrections can reach the model and detector for as long as the
         # counter accepts them: the allowed lateness, plus one window.
         retain_ms = self._window.late_data.allowed_lateness_ms
@@ -126,3 +139,20 @@ class Zeitgeist(beam.PTransform):
             LATE_RECORDS: counted[LATE],
             DEAD_LETTERS: keyed[DEAD_LETTERS],
         }
+
+
+class _DedupIdentified(beam.PTransform):
+    """`DedupByRecordId` for the searches that have an id; the rest pass."""
+
+    def __init__(self, horizon_ms: int):
+        super().__init__()
+        self._horizon_ms = horizon_ms
+
+    def expand(self, keyed):
+        identified, anonymous = keyed | "SplitById" >> beam.Partition(
+            lambda kv, _: 0 if kv[1].record_id else 1, 2
+        )
+        unique = identified | "Dedup" >> DedupByRecordId(
+            lambda search: search.record_id, self._horizon_ms
+        ).with_output_types(tuple[str, SearchQuery])
+        return (unique, anonymous) | "Merge" >> beam.Flatten()
