@@ -10,9 +10,7 @@ setup(
         "Apache Beam transforms, with a portable Spark runner on PySpark."
     ),
     python_requires=">=3.11",
-    packages=find_packages(
-        include=["pipelines", "transforms*", "testing", "runners*"]
-    ),
+    packages=find_packages(include=["pipelines", "transforms*", "testing", "runners*"]),
     package_data={
         "transforms.records": ["*.proto"],
         "configs": ["*.yaml"],

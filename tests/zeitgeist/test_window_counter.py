@@ -215,8 +215,10 @@ def test_resent_searches_are_counted_once_with_dedup():
         .advance_watermark(T0 + 2 * MINUTE)
     )
     pipeline = streaming_pipeline()
-    outputs = pipeline | scenario.build() | Zeitgeist(
-        window=params, dedup_horizon_ms=10 * MINUTE
+    outputs = (
+        pipeline
+        | scenario.build()
+        | Zeitgeist(window=params, dedup_horizon_ms=10 * MINUTE)
     )
     with pipeline:
         expect(outputs[WINDOW_COUNTS], [("q", 0, 8, 0)], as_row, "Windows")
