@@ -3,6 +3,8 @@
     python -m pipelines.zeitgeist --output /tmp/z                 # generated
     python -m pipelines.zeitgeist --input 'logs/*.jsonl' --output /tmp/z
     python -m pipelines.zeitgeist --output /tmp/z --runner=SparkRunner
+    python -m pipelines.zeitgeist --input 'logs/*.jsonl' --output /tmp/z \
+        --model_store=bigtable --bigtable_project P --bigtable_instance I
 
 Without `--input` the job generates a deterministic synthetic stream (seeded,
 with injected spikes and dips, see `testing.zeitgeist_generator`), writes it
@@ -12,6 +14,12 @@ the anomalies against the injected ground truth.
 OUTPUT receives anomalies*.jsonl, late*.jsonl and dead_letters*.jsonl, and on
 request window_counts*.jsonl, scores*.jsonl and report.html. Unknown flags
 go to Beam (`--runner`, `--direct_num_workers`, `--spark_master_url`, ...).
+
+With `--model_store=bigtable` each query's model is seeded from, and
+persisted to, the Bigtable `models` table, so a later run continues from
+where this one stopped. It needs a real Bigtable instance (or an emulator
+already running, via `$BIGTABLE_EMULATOR_HOST`): an emulator started for
+the run alone would forget the models when the run ends.
 """
 
 import argparse
@@ -44,6 +52,7 @@ from transforms.zeitgeist.composite import (
     WINDOW_COUNTS,
     Zeitgeist,
 )
+from transforms.zeitgeist.model_store import ModelStoreConfig
 from transforms.zeitgeist.params import DetectorParams, ModelParams, WindowParams
 from transforms.zeitgeist.query_keys import normalizer
 
@@ -86,6 +95,13 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--seed", type=int, help="generator.seed")
     parser.add_argument("--num_queries", type=int, help="generator.num_queries")
     parser.add_argument("--days", type=float, help="generator.days")
+    parser.add_argument(
+        "--model_store",
+        choices=("none", "bigtable"),
+        help="model_store.kind: where models outlive the run",
+    )
+    parser.add_argument("--bigtable_project", help="model_store.project")
+    parser.add_argument("--bigtable_instance", help="model_store.instance")
     parser.add_argument("--write_window_counts", action="store_true")
     parser.add_argument("--write_scores", action="store_true")
     parser.add_argument(
@@ -105,6 +121,9 @@ _FLAG_KEYS = {
     "seed": "generator.seed",
     "num_queries": "generator.num_queries",
     "days": "generator.days",
+    "model_store": "model_store.kind",
+    "bigtable_project": "model_store.project",
+    "bigtable_instance": "model_store.instance",
 }
 
 
@@ -136,6 +155,28 @@ def zeitgeist_transform(config: config_loader.Config) -> Zeitgeist:
         detector=DetectorParams(**config["detector"]),
         key_fn=normalizer(config["keys"]["normalization"]),
         dedup_horizon_ms=int(config["dedup"]["horizon_seconds"] * 1000),
+        model_store=model_store_config(config),
+    )
+
+
+def model_store_config(config: config_loader.Config) -> ModelStoreConfig | None:
+    """The configured model store, or None; one per run (it carries a run id)."""
+    store = config["model_store"]
+    kind = store["kind"]
+    if kind == "none":
+        return None
+    if kind != "bigtable":
+        raise config_loader.ConfigError(
+            f"model_store.kind must be none or bigtable, got {kind!r}"
+        )
+    if not store["project"] or not store["instance"]:
+        raise config_loader.ConfigError(
+            "model_store.kind=bigtable needs a Bigtable project and instance: "
+            "give --bigtable_project and --bigtable_instance (or set "
+            "model_store.project and model_store.instance)"
+        )
+    return ModelStoreConfig(
+        str(store["project"]), str(store["instance"]), str(store["table"])
     )
 
 
@@ -218,10 +259,25 @@ def summary(result, elapsed_s: float, output: pathlib.Path) -> str:
         ("late records", get("millwheel.zeitgeist/late_records")),
         ("window corrections", get("millwheel.zeitgeist/window_corrections")),
         ("dead letters", dead),
+        *_model_store_rows(totals),
         ("elapsed", f"{elapsed_s:.1f} s"),
         ("output", str(output)),
     ]
     return format_table("Zeitgeist summary", rows)
+
+
+_MODEL_STORE_ROWS = (
+    ("models seeded from store", "millwheel.zeitgeist/models_seeded"),
+    ("models saved to store", "millwheel.zeitgeist/models_saved"),
+    ("model writes fenced off", "millwheel.zeitgeist/model_writes_fenced"),
+)
+
+
+def _model_store_rows(totals: dict[str, int]) -> list[tuple[str, int]]:
+    # Only runs with a model store have these counters.
+    if not any(name in totals for _, name in _MODEL_STORE_ROWS):
+        return []
+    return [(label, totals.get(name, 0)) for label, name in _MODEL_STORE_ROWS]
 
 
 def evaluation(output: pathlib.Path, config: config_loader.Config) -> str:

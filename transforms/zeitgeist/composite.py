@@ -15,6 +15,7 @@ from transforms.records.zeitgeist_pb2 import (
     WindowScore,
 )
 from transforms.zeitgeist.model_calculator import ModelCalculator
+from transforms.zeitgeist.model_store import ModelStoreConfig
 from transforms.zeitgeist.params import DetectorParams, ModelParams, WindowParams
 from transforms.zeitgeist.query_keys import fold
 from transforms.zeitgeist.spike_dip_detector import SCORES, SpikeDipDetector
@@ -83,6 +84,10 @@ class Zeitgeist(beam.PTransform):
     search within the horizon is counted once. Searches without an id (e.g.
     pre-aggregated counts) are counted as they come.
 
+    With `model_store`, each query's model is seeded from and persisted to
+    the Bigtable `models` table under sequencer tokens, so it survives a
+    restart (see `ModelCalculator`).
+
     Example::
 
         outputs = searches | Zeitgeist(WindowParams(size_ms=60_000))
@@ -96,9 +101,11 @@ class Zeitgeist(beam.PTransform):
         detector: DetectorParams = DetectorParams(),
         key_fn: Callable[[str], str] = fold,
         dedup_horizon_ms: int = 0,
+        model_store: ModelStoreConfig | None = None,
     ):
         super().__init__()
         self._dedup_horizon_ms = dedup_horizon_ms
+        self._model_store = model_store
         self._window = window
         self._model = model
         self._detector = detector
@@ -122,7 +129,9 @@ class Zeitgeist(beam.PTransform):
         if retain_ms:
             retain_ms += self._window.size_ms
         updates = counted.windows | "ModelCalculator" >> beam.ParDo(
-            ModelCalculator(self._model, self._window.size_ms, retain_ms)
+            ModelCalculator(
+                self._model, self._window.size_ms, retain_ms, self._model_store
+            )
         ).with_output_types(tuple[str, ModelUpdate]).with_output_types(
             tuple[str, ModelUpdate]
         )
