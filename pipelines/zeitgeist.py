@@ -52,8 +52,12 @@ from transforms.zeitgeist.composite import (
     WINDOW_COUNTS,
     Zeitgeist,
 )
-from transforms.zeitgeist.model_store import ModelStoreConfig
-from transforms.zeitgeist.params import DetectorParams, ModelParams, WindowParams
+from transforms.zeitgeist.params import (
+    DetectorParams,
+    ModelParams,
+    ModelStoreConfig,
+    WindowParams,
+)
 from transforms.zeitgeist.query_keys import normalizer
 
 _log = logging.getLogger("pipelines.zeitgeist")

@@ -15,8 +15,12 @@ from transforms.records.zeitgeist_pb2 import (
     WindowScore,
 )
 from transforms.zeitgeist.model_calculator import ModelCalculator
-from transforms.zeitgeist.model_store import ModelStoreConfig
-from transforms.zeitgeist.params import DetectorParams, ModelParams, WindowParams
+from transforms.zeitgeist.params import (
+    DetectorParams,
+    ModelParams,
+    ModelStoreConfig,
+    WindowParams,
+)
 from transforms.zeitgeist.query_keys import fold
 from transforms.zeitgeist.spike_dip_detector import SCORES, SpikeDipDetector
 from transforms.zeitgeist.window_counter import LATE, CountWindows

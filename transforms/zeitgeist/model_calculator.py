@@ -14,12 +14,10 @@ from apache_beam.coders import FloatCoder, MapCoder, ProtoCoder, TupleCoder, Var
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 
-from transforms.millwheel.sequencer import SequencerToken, StaleSequencerToken
 from transforms.millwheel.sequencing import previous_window, release_in_sequence
 from transforms.records.zeitgeist_pb2 import ModelState, ModelUpdate, WindowCount
 from transforms.zeitgeist.forecast import Prediction, fold
-from transforms.zeitgeist.model_store import ModelStore, ModelStoreConfig, model_row_key
-from transforms.zeitgeist.params import ModelParams
+from transforms.zeitgeist.params import ModelParams, ModelStoreConfig
 
 METRICS_NAMESPACE = "millwheel.zeitgeist"
 # Models waiting for the end of the bundle are written early past this many
@@ -100,7 +98,14 @@ class ModelCalculator(beam.DoFn):
         self._fenced = Metrics.counter(METRICS_NAMESPACE, "model_writes_fenced")
 
     def setup(self) -> None:
-        self._store = ModelStore(self._store_config) if self._store_config else None
+        self._store = None
+        if self._store_config:
+            # Imported only when used: loading the Bigtable client adds
+            # hundreds of modules, and Beam's state cache walks every module's
+            # globals each time it sizes a value, slowing all state access.
+            from transforms.zeitgeist.model_store import ModelStore
+
+            self._store = ModelStore(self._store_config)
 
     def teardown(self) -> None:
         store = getattr(self, "_store", None)
@@ -229,6 +234,9 @@ class ModelCalculator(beam.DoFn):
         its retry folds the same windows and writes the same models. Errors
         other than a fenced write fail the bundle, so that it is retried.
         """
+        from transforms.millwheel.sequencer import SequencerToken, StaleSequencerToken
+        from transforms.zeitgeist.model_store import model_row_key
+
         unsaved, self._unsaved = self._unsaved, {}
         fenced = []
         for key, (state, generation, base) in unsaved.items():

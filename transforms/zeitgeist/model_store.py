@@ -31,9 +31,6 @@ nothing here expires models of queries that went quiet.
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass, field
-
 from google.cloud.bigtable.data import (
     BigtableDataClient,
     DeleteRangeFromColumn,
@@ -49,26 +46,11 @@ from transforms.millwheel.bigtable_tables import (
 from transforms.millwheel.productions import deterministic_row_key
 from transforms.millwheel.sequencer import FencedTable, SequencerToken
 from transforms.records.zeitgeist_pb2 import ModelState
+from transforms.zeitgeist.params import ModelStoreConfig
 
 STATE_COLUMN = b"state"
 BASE_COLUMN = b"base"
 RUN_COLUMN = b"run"
-
-
-@dataclass(frozen=True)
-class ModelStoreConfig:
-    """Where the models live, and which run writes them.
-
-    Pickled with the DoFn; clients are made in `DoFn.setup`.
-    ``BIGTABLE_EMULATOR_HOST`` in a worker's environment redirects them to an
-    emulator. ``run_id`` names this pipeline run: make one config per run
-    (the default is a fresh random id) and share it with every worker.
-    """
-
-    project: str
-    instance: str
-    table: str = "models"
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 def model_row_key(query: str) -> bytes:

@@ -6,6 +6,7 @@ mirrors these names section by section.
 """
 
 import dataclasses
+import uuid
 
 from transforms.millwheel.lateness import LateDataPolicy
 
@@ -102,3 +103,19 @@ class DetectorParams:
             raise ValueError(f"detector.threshold must be > 0, got {self.threshold}")
         if self.slack_sigma < 0:
             raise ValueError("detector.slack_sigma must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelStoreConfig:
+    """Where the models live, and which run writes them.
+
+    Pickled with the DoFn; clients are made in `DoFn.setup`.
+    ``BIGTABLE_EMULATOR_HOST`` in a worker's environment redirects them to an
+    emulator. ``run_id`` names this pipeline run: make one config per run
+    (the default is a fresh random id) and share it with every worker.
+    """
+
+    project: str
+    instance: str
+    table: str = "models"
+    run_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
