@@ -6,6 +6,7 @@ and booleans keep their types. Unknown sections or keys are errors: a typo in
 a config must not silently fall back to a default.
 """
 
+import argparse
 import copy
 import pathlib
 from collections.abc import Iterable, Mapping
@@ -74,3 +75,21 @@ def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
             raise ConfigError(f"override {override!r} must look like section.key=value")
         config = merge(config, {section: {key: yaml.safe_load(raw)}}, "--set")
     return config
+
+
+def from_command_line(
+    default_path: pathlib.Path, args: argparse.Namespace, flag_keys: Mapping[str, str]
+) -> Config:
+    """A pipeline's config, from lowest to highest precedence.
+
+    The shipped defaults at `default_path`, the file given by `--config`,
+    each `--set section.key=value`, then the named flags that were given
+    (`flag_keys` maps a flag's attribute name to its config key).
+    """
+    config = load(args.config, read(default_path))
+    flags = [
+        f"{key}={getattr(args, flag)}"
+        for flag, key in flag_keys.items()
+        if getattr(args, flag, None) is not None
+    ]
+    return apply_overrides(config, [*args.set, *flags])

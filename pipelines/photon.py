@@ -118,14 +118,7 @@ _FLAG_KEYS = {
 
 def load_config(args: argparse.Namespace) -> config_loader.Config:
     """configs/photon.yaml, then --config, then --set, then named flags."""
-    defaults = config_loader.read(DEFAULT_CONFIG)
-    config = config_loader.load(args.config, defaults)
-    flags = [
-        f"{key}={getattr(args, flag)}"
-        for flag, key in _FLAG_KEYS.items()
-        if getattr(args, flag, None) is not None
-    ]
-    return config_loader.apply_overrides(config, [*args.set, *flags])
+    return config_loader.from_command_line(DEFAULT_CONFIG, args, _FLAG_KEYS)
 
 
 def join_params(config: config_loader.Config) -> JoinParams:
