@@ -192,7 +192,9 @@ class WindowCounter(beam.DoFn):
             previous = start
             yield key, window
         last_active.write(active)
-        emitted_through.write(fire_end)
+        if previous is not None:
+            # The chain downstream links each window to the last one emitted.
+            emitted_through.write(previous + size)
         key_watermark.write(max(key_watermark.read() or fire_end, fire_end))
         _rewrite(pending, counts)
 
