@@ -36,6 +36,9 @@ setup(
             # generator in tests; bump both together.
             "grpcio-tools==1.81.1",
             "google-cloud-bigtable>=2.50,<3",
+            # Beam's FnApiRunnerTest, run against our Spark runner, needs them.
+            "pyhamcrest>=2",
+            "tenacity>=8",
         ],
     },
 )

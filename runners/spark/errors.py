@@ -1,0 +1,119 @@
+"""Surfacing user-code failures from Spark executors on the driver.
+
+An executor wraps a failed bundle's SDK error in :class:`StageFailure`, whose
+text carries a marked, base64-encoded record (exception type, message,
+transform, stage, traceback). Spark relays it inside a Py4J/JVM error; the
+driver finds the record and raises :class:`PipelineError` with the Python
+story first, instead of a JVM stack.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import json
+import re
+
+_BEGIN, _END = "<<millwheel-stage-error:", ":millwheel-stage-error>>"
+_RECORD = re.compile(re.escape(_BEGIN) + r"([A-Za-z0-9+/=]+)" + re.escape(_END))
+_LAST_LINE = re.compile(r"^([A-Za-z_][\w.]*): ?(.*)$")
+_TRANSFORM = re.compile(r"\[while running '(.+?)'\]")
+# Frames of the harness, Spark and this runner, not of the user's code.
+_INTERNAL = re.compile(
+    r'File "(?:[^"]*/)?(?:apache_beam|pyspark|runners/spark)/|<frozen '
+)
+
+
+class StageFailure(RuntimeError):
+    """Raised on an executor when a bundle of a stage fails."""
+
+    def __init__(self, stage: str, sdk_error: str) -> None:
+        record = summarize(stage, sdk_error)
+        encoded = base64.b64encode(json.dumps(record).encode()).decode()
+        super().__init__(f"{format_record(record)}\n{_BEGIN}{encoded}{_END}")
+
+
+class PipelineError(RuntimeError):
+    """A user DoFn failed; the message leads with its Python exception."""
+
+    def __init__(self, record: dict) -> None:
+        super().__init__(format_record(record))
+        self.exception_type: str = record["type"]
+        self.exception_message: str = record["message"]
+        self.transform: str | None = record["transform"]
+        self.stage: str = record["stage"]
+        self.worker_traceback: str = record["traceback"]
+
+
+def summarize(stage: str, sdk_error: str) -> dict:
+    """Extracts type, message, transform and user frames from an SDK error."""
+    lines = [line for line in sdk_error.rstrip().splitlines() if line.strip()]
+    exc_type, message = "Exception", lines[-1] if lines else sdk_error
+    for line in reversed(lines):
+        match = _LAST_LINE.match(line)
+        if match and not line.startswith(" "):
+            exc_type, message = match.group(1), match.group(2)
+            break
+    transforms = _TRANSFORM.findall(sdk_error)
+    return {
+        "type": exc_type,
+        "message": message,
+        "transform": transforms[-1] if transforms else None,
+        "stage": stage,
+        "user_frames": _user_frames(lines),
+        "traceback": sdk_error,
+    }
+
+
+def _user_frames(lines: list[str]) -> list[str]:
+    # The last traceback of a chain is the one the harness re-raised; it ends
+    # in the user's frames.
+    starts = [ix for ix, line in enumerate(lines) if line.startswith("Traceback")]
+    lines = lines[starts[-1] :] if starts else lines
+    frames = []
+    for ix, line in enumerate(lines):
+        stripped = line.strip()
+        internal = bool(_INTERNAL.search(line)) and "_test.py" not in line
+        if stripped.startswith('File "') and not internal:
+            frames.append(stripped)
+            following = lines[ix + 1].strip() if ix + 1 < len(lines) else ""
+            if following and not following.startswith("File "):
+                frames.append("  " + following)
+    return frames[-20:]
+
+
+def format_record(record: dict) -> str:
+    """The human-readable error: exception first, then where, then frames."""
+    text = [f"{record['type']}: {record['message']}"]
+    if record["transform"]:
+        text.append(f"  in transform '{record['transform']}' ({record['stage']})")
+    else:
+        text.append(f"  in {record['stage']}")
+    if record["user_frames"]:
+        text.append("User code traceback (most recent call last):")
+        text.extend("  " + frame for frame in record["user_frames"])
+    return "\n".join(text)
+
+
+def _error_class(type_name: str) -> type[PipelineError]:
+    # A builtin exception type (ValueError, KeyError, ...) is mixed in so that
+    # `except ValueError` around pipeline.run() works as it would locally.
+    base = getattr(builtins, type_name.rsplit(".", 1)[-1], None)
+    if isinstance(base, type) and issubclass(base, Exception):
+        try:
+            return type(type_name, (PipelineError, base), {})
+        except TypeError:
+            pass
+    return PipelineError
+
+
+def from_spark_exception(exc: BaseException) -> PipelineError | None:
+    """The PipelineError hidden in a Spark/Py4J exception, if there is one."""
+    match = _RECORD.search(str(exc))
+    if match is None:
+        return None
+    record = json.loads(base64.b64decode(match.group(1)))
+    error = _error_class(record["type"])(record)
+    # The original SDK traceback stays reachable for debugging.
+    error.add_note("Worker traceback:\n" + record["traceback"])
+    return error

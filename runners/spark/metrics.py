@@ -1,0 +1,111 @@
+"""User metrics: from SDK bundle responses, through a Spark accumulator, to
+``PipelineResult.metrics()``.
+
+Each task folds the user MonitoringInfos of its bundles into a
+:class:`MetricsSnapshot` and adds it to the job's accumulator once, when its
+partition is done. Spark merges the updates of successful tasks; the driver
+reads the merged snapshot after the job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apache_beam.metrics import monitoring_infos as mi
+from apache_beam.metrics.cells import DistributionResult, GaugeResult
+from apache_beam.metrics.execution import MetricResult
+from apache_beam.metrics.metric import MetricResults
+from apache_beam.runners.portability import portable_metrics
+from pyspark.accumulators import AccumulatorParam
+
+_KINDS = ("counters", "distributions", "gauges", "string_sets", "bounded_tries")
+
+
+def _merge_value(kind: str, a: Any, b: Any) -> Any:
+    if kind == "counters":
+        return a + b
+    if kind == "distributions":
+        return DistributionResult(a.data.combine(b.data))
+    if kind == "gauges":
+        return GaugeResult(a.data.combine(b.data))
+    if kind == "string_sets":
+        return a | b
+    return a.combine(b)
+
+
+class MetricsSnapshot:
+    """User metrics by MetricKey, mergeable across bundles and tasks."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, dict] = {kind: {} for kind in _KINDS}
+
+    def add_monitoring_infos(self, monitoring_infos: Any) -> None:
+        """Folds one bundle's MonitoringInfos in (user metrics only)."""
+        parsed = portable_metrics.from_monitoring_infos(monitoring_infos, True)
+        for kind, values in zip(_KINDS, parsed, strict=True):
+            self._merge_kind(kind, values)
+
+    def merge(self, other: MetricsSnapshot) -> MetricsSnapshot:
+        """Merges ``other`` into this snapshot and returns it."""
+        for kind in _KINDS:
+            self._merge_kind(kind, other.values[kind])
+        return self
+
+    def _merge_kind(self, kind: str, values: dict) -> None:
+        mine = self.values[kind]
+        for key, value in values.items():
+            mine[key] = _merge_value(kind, mine[key], value) if key in mine else value
+
+    def __bool__(self) -> bool:
+        return any(self.values.values())
+
+    def monitoring_infos(self) -> list:
+        """The snapshot as user MonitoringInfos (for the Job API)."""
+        makers = {
+            "counters": lambda ns, n, v, t: mi.int64_user_counter(ns, n, v, t),
+            "distributions": lambda ns, n, v, t: mi.int64_user_distribution(
+                ns, n, v.data, t
+            ),
+            "gauges": lambda ns, n, v, t: mi.int64_user_gauge(ns, n, v.data, t),
+            "string_sets": lambda ns, n, v, t: mi.user_set_string(ns, n, set(v), t),
+            "bounded_tries": lambda ns, n, v, t: mi.user_bounded_trie(ns, n, v, t),
+        }
+        return [
+            makers[kind](key.metric.namespace, key.metric.name, value, key.step)
+            for kind in _KINDS
+            for key, value in self.values[kind].items()
+        ]
+
+
+class MetricsAccumulatorParam(AccumulatorParam):
+    """Spark accumulator semantics for :class:`MetricsSnapshot`."""
+
+    def zero(self, value: MetricsSnapshot) -> MetricsSnapshot:
+        return MetricsSnapshot()
+
+    def addInPlace(self, a: MetricsSnapshot, b: MetricsSnapshot) -> MetricsSnapshot:
+        return a.merge(b)
+
+
+class SparkMetrics(MetricResults):
+    """Queryable committed user metrics of a finished Spark job."""
+
+    def __init__(self, snapshot: MetricsSnapshot) -> None:
+        self._snapshot = snapshot
+
+    def query(self, filter=None) -> dict[str, list[MetricResult]]:
+        names = {
+            "counters": self.COUNTERS,
+            "distributions": self.DISTRIBUTIONS,
+            "gauges": self.GAUGES,
+            "string_sets": self.STRINGSETS,
+            "bounded_tries": self.BOUNDED_TRIES,
+        }
+        return {
+            names[kind]: [
+                MetricResult(key, value, value)
+                for key, value in self._snapshot.values[kind].items()
+                if self.matches(filter, key)
+            ]
+            for kind in _KINDS
+        }

@@ -1,0 +1,56 @@
+"""Pipeline options of the PySpark runner.
+
+``--spark_master_url`` is declared by Beam's own ``SparkRunnerOptions`` (for
+its Java job server, default ``local[4]``); argparse forbids declaring it
+twice, so this runner reads Beam's flag and applies its own default,
+``local[*]``, when the flag was not given.
+"""
+
+from __future__ import annotations
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+DEFAULT_MASTER = "local[*]"
+
+
+class SparkOptions(PipelineOptions):
+    """Options read by :class:`runners.spark.SparkRunner`."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument(
+            "--spark_conf",
+            action="append",
+            default=None,
+            help="Extra Spark configuration as key=value; repeatable.",
+        )
+        parser.add_argument(
+            "--spark_default_parallelism",
+            type=int,
+            default=None,
+            help="Partitions of shuffles and keyed stages "
+            "(default: the SparkContext's defaultParallelism).",
+        )
+        parser.add_argument(
+            "--spark_bundle_bytes",
+            type=int,
+            default=8 << 20,
+            help="Encoded input bytes per SDK bundle within a Spark partition.",
+        )
+
+
+def parse_spark_conf(pairs: list[str] | None) -> dict[str, str]:
+    """Turns repeated ``key=value`` flags into a dict; rejects malformed ones."""
+    conf: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--spark_conf expects key=value, got {pair!r}")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def master_url(options: PipelineOptions) -> str:
+    """The Spark master to use: ``--spark_master_url`` or ``local[*]``."""
+    given = options.get_all_options(drop_default=True).get("spark_master_url")
+    return given or DEFAULT_MASTER

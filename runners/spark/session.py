@@ -1,0 +1,115 @@
+"""Obtaining the SparkSession a pipeline runs on.
+
+An active session is reused as it is (its master and configuration win), so a
+test suite or a notebook can share one. Otherwise a session is created from
+the pipeline options.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runners.spark.options import SparkOptions, master_url, parse_spark_conf
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+_LOGGER = logging.getLogger(__name__)
+
+# Top-level packages of this project that user pipelines import on executors.
+_PROJECT_PACKAGES = ("runners", "transforms", "pipelines", "testing")
+
+# Settings that keep a local or test session light; user --spark_conf wins.
+_DEFAULT_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.python.worker.reuse": "true",
+}
+
+
+def ensure_python_env() -> None:
+    """Makes Spark's Python workers run this interpreter.
+
+    Without PYSPARK_PYTHON, workers start the system ``python3``, which lacks
+    apache_beam (checked on this machine).
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def _driver_python_path() -> str:
+    # Functions of a test or user module are pickled by reference; executors
+    # must be able to import that module, so they get the driver's sys.path.
+    return os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+
+
+def get_or_create_session(options: SparkOptions) -> SparkSession:
+    """Returns the active SparkSession, or a new one built from ``options``."""
+    ensure_python_env()
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    # getActiveSession is per thread; a context started elsewhere in this
+    # process is reused too (there can be only one).
+    if active is None and SparkContext._active_spark_context is not None:
+        active = SparkSession.builder.getOrCreate()
+    if active is not None:
+        wanted = options.get_all_options(drop_default=True).get("spark_master_url")
+        if wanted and wanted != active.sparkContext.master:
+            _LOGGER.warning(
+                "Reusing the active SparkSession on %s; --spark_master_url=%s "
+                "and --spark_conf apply only when the runner creates the session.",
+                active.sparkContext.master,
+                wanted,
+            )
+        return active
+    master = master_url(options)
+    builder = SparkSession.builder.master(master).appName("millwheel-beam")
+    conf = dict(_DEFAULT_CONF)
+    if master.startswith("local"):
+        # Forked workers inherit an already imported Beam SDK harness. Only
+        # locally: a remote worker imports the daemon before any shipped code.
+        conf["spark.python.daemon.module"] = "runners.spark.worker_daemon"
+    conf["spark.executorEnv.PYTHONPATH"] = _driver_python_path()
+    conf["spark.executorEnv.PYSPARK_PYTHON"] = os.environ["PYSPARK_PYTHON"]
+    if options.spark_default_parallelism:
+        conf["spark.default.parallelism"] = str(options.spark_default_parallelism)
+    conf.update(parse_spark_conf(options.spark_conf))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    if master.startswith("spark://"):
+        ship_project_code(session.sparkContext)
+    return session
+
+
+def ship_project_code(spark_context: SparkContext) -> None:
+    """Adds this project's packages to the executors' Python path.
+
+    On a remote standalone cluster the workers do not have the project
+    installed; a zip of its top-level packages travels with the job.
+    """
+    root = Path(__file__).resolve().parents[2]
+    staging = Path(tempfile.mkdtemp(prefix="millwheel-code-"))
+    archive = staging / "millwheel_project.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for package in _PROJECT_PACKAGES:
+            base = root / package
+            if not (base / "__init__.py").exists():
+                continue
+            for path in base.rglob("*.py"):
+                zf.write(path, path.relative_to(root).as_posix())
+    spark_context.addPyFile(str(archive))
+    # Spark serves the file from this path for the session's lifetime.
+    atexit.register(shutil.rmtree, staging, True)

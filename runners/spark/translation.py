@@ -1,0 +1,262 @@
+"""Translation of an optimised Beam pipeline into RDD lineage.
+
+Every PCollection becomes an RDD of encoded windowed-value chunks:
+
+- Impulse: a one-element RDD.
+- Flatten: ``union``.
+- GroupByKey: a shuffle on encoded keys, then Beam's trigger driver.
+- Reshuffle: elements spread over partitions (also splits restrictions of
+  splittable DoFns before they are processed).
+- Executable stage: ``mapPartitions`` through the stage executor, after a
+  shuffle by key when the stage holds user state or timers.
+
+RDDs read by more than one consumer are persisted so that user code, and
+its side effects and metrics, run once.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Any
+
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners import common
+from apache_beam.runners.portability.fn_api_runner.translations import (
+    only_element,
+)
+from pyspark import SparkContext, StorageLevel
+
+from runners.spark import keyed, side_inputs
+from runners.spark.components import add_windowed_coders, context_from_bytes
+from runners.spark.metrics import MetricsAccumulatorParam, MetricsSnapshot
+from runners.spark.options import SparkOptions
+from runners.spark.plan import StagePlan, build_stage_plan
+from runners.spark.stage_executor import run_partition
+
+IMPULSE = common_urns.primitives.IMPULSE.urn
+FLATTEN = common_urns.primitives.FLATTEN.urn
+GROUP_BY_KEY = common_urns.primitives.GROUP_BY_KEY.urn
+RESHUFFLE = common_urns.composites.RESHUFFLE.urn
+EXECUTABLE_STAGE = common_urns.executable_stage
+
+KNOWN_URNS = frozenset([IMPULSE, FLATTEN, GROUP_BY_KEY, RESHUFFLE])
+
+
+def _is_primitive(transform: beam_runner_api_pb2.PTransform) -> bool:
+    if transform.subtransforms:
+        return False
+    # A transform whose outputs are all its inputs computes nothing.
+    return not transform.outputs or bool(
+        set(transform.outputs.values()) - set(transform.inputs.values())
+    )
+
+
+class RddTranslator:
+    """Builds the RDD lineage of one pipeline on one SparkContext."""
+
+    def __init__(
+        self,
+        pipeline: beam_runner_api_pb2.Pipeline,
+        sc: SparkContext,
+        options: SparkOptions,
+    ) -> None:
+        self._pipeline = pipeline
+        self._sc = sc
+        # Options that came through the Job API may arrive as strings.
+        parallelism = options.spark_default_parallelism
+        self._parallelism = int(parallelism) if parallelism else sc.defaultParallelism
+        self._bundle_bytes = int(options.spark_bundle_bytes)
+        components = pipeline.components
+        self._windowed = add_windowed_coders(components)
+        self._components = components
+        self._shipped = beam_runner_api_pb2.Components(
+            coders=components.coders,
+            windowing_strategies=components.windowing_strategies,
+            environments=components.environments,
+        ).SerializeToString()
+        self._context = context_from_bytes(self._shipped)
+        self.accumulator = sc.accumulator(MetricsSnapshot(), MetricsAccumulatorParam())
+        self._rdds: dict[str, Any] = {}
+        self._side_data: dict[str, list[bytes]] = {}
+        self._consumers = self._count_consumers()
+        self._persisted: list[Any] = []
+        self._broadcasts: list[Any] = []
+        self.leaves: list[Any] = []
+        self._stage_count = 0
+
+    def _primitives(self) -> list[tuple[str, beam_runner_api_pb2.PTransform]]:
+        transforms = self._components.transforms
+        found = []
+
+        def walk(transform_id: str) -> None:
+            proto = transforms[transform_id]
+            if _is_primitive(proto):
+                found.append((transform_id, proto))
+            else:
+                for sub in proto.subtransforms:
+                    walk(sub)
+
+        for root in self._pipeline.root_transform_ids:
+            walk(root)
+        return found
+
+    def _count_consumers(self) -> collections.Counter:
+        counts: collections.Counter = collections.Counter()
+        for _, proto in self._primitives():
+            counts.update(proto.inputs.values())
+        return counts
+
+    def translate(self) -> None:
+        """Builds RDDs for every primitive in topological order."""
+        for _, proto in self._primitives():
+            urn = proto.spec.urn
+            if urn == IMPULSE:
+                self._set(
+                    only_element(proto.outputs.values()),
+                    self._sc.parallelize([common.ENCODED_IMPULSE_VALUE], 1),
+                )
+            elif urn == FLATTEN:
+                inputs = [self._rdds[pc] for pc in proto.inputs.values()]
+                rdd = self._sc.union(inputs) if inputs else self._sc.emptyRDD()
+                self._set(only_element(proto.outputs.values()), rdd)
+            elif urn == GROUP_BY_KEY:
+                self._group_by_key(proto)
+            elif urn == RESHUFFLE:
+                self._reshuffle(proto)
+            elif urn == EXECUTABLE_STAGE:
+                self._stage(proto)
+            else:
+                raise NotImplementedError(
+                    f"SparkRunner cannot run {proto.unique_name!r} ({urn})"
+                )
+
+    def _set(self, pcoll: str, rdd) -> None:
+        if self._consumers[pcoll] == 0:
+            self.leaves.append(rdd)
+        elif self._consumers[pcoll] > 1:
+            rdd = self._persist(rdd)
+        self._rdds[pcoll] = rdd
+
+    def _persist(self, rdd):
+        rdd = rdd.persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(rdd)
+        return rdd
+
+    def unpersist(self) -> None:
+        """Releases cached RDDs and side-input broadcasts once the job is done."""
+        for rdd in self._persisted:
+            rdd.unpersist()
+        for broadcast in self._broadcasts:
+            broadcast.destroy()
+        self._persisted.clear()
+        self._broadcasts.clear()
+
+    def _group_by_key(self, proto: beam_runner_api_pb2.PTransform) -> None:
+        in_pc = only_element(proto.inputs.values())
+        out_pc = only_element(proto.outputs.values())
+        strategy = self._components.pcollections[in_pc].windowing_strategy_id
+        shipped = self._shipped
+        in_coder = self._windowed[in_pc]
+        rdd = (
+            self._rdds[in_pc]
+            .mapPartitions(functools.partial(keyed.key_elements, shipped, in_coder))
+            .groupByKey(self._parallelism, keyed.stable_partition)
+            .mapPartitions(
+                functools.partial(
+                    keyed.group_by_key_and_window,
+                    shipped,
+                    in_coder,
+                    self._windowed[out_pc],
+                    strategy,
+                )
+            )
+        )
+        self._set(out_pc, rdd)
+
+    def _reshuffle(self, proto: beam_runner_api_pb2.PTransform) -> None:
+        in_pc = only_element(proto.inputs.values())
+        split = functools.partial(
+            keyed.split_elements, self._shipped, self._windowed[in_pc]
+        )
+        rdd = (
+            self._rdds[in_pc]
+            .mapPartitions(split)
+            .repartition(self._parallelism)
+            .mapPartitions(lambda elements: [b"".join(elements)])
+            .filter(bool)
+        )
+        self._set(only_element(proto.outputs.values()), rdd)
+
+    def _stage(self, proto: beam_runner_api_pb2.PTransform) -> None:
+        payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(
+            proto.spec.payload
+        )
+        self._stage_count += 1
+        plan = build_stage_plan(
+            f"stage {self._stage_count}",
+            proto,
+            self._components,
+            self._windowed,
+            keyed=bool(payload.user_states or payload.timers),
+        )
+        rdd = self._rdds[plan.input_pcollection]
+        if plan.stateful:
+            rdd = (
+                rdd.mapPartitions(
+                    functools.partial(
+                        keyed.key_elements, self._shipped, plan.input_coder_id
+                    )
+                )
+                .partitionBy(self._parallelism, keyed.stable_partition)
+                .values()
+            )
+        side_bc = self._side_input_broadcast(plan)
+        body = functools.partial(
+            _stage_partition,
+            plan,
+            self._shipped,
+            side_bc,
+            self._bundle_bytes,
+            self.accumulator,
+        )
+        tagged = rdd.mapPartitions(body)
+        if not plan.outputs:
+            self.leaves.append(tagged)
+        elif len(plan.outputs) == 1:
+            self._set(plan.outputs[0], tagged.values())
+        else:
+            tagged = self._persist(tagged)
+            for ix, pcoll in enumerate(plan.outputs):
+                self._set(
+                    pcoll, tagged.filter(functools.partial(_has_tag, ix)).values()
+                )
+
+    def _side_input_broadcast(self, plan: StagePlan):
+        if not plan.side_inputs:
+            return None
+        entries = []
+        for side in plan.side_inputs:
+            if side.pcollection not in self._side_data:
+                self._side_data[side.pcollection] = self._rdds[
+                    side.pcollection
+                ].collect()
+            coder = self._context.coders[self._windowed[side.pcollection]]
+            entries.extend(
+                side_inputs.state_entries(
+                    side, coder, self._side_data[side.pcollection]
+                )
+            )
+        broadcast = self._sc.broadcast(entries)
+        self._broadcasts.append(broadcast)
+        return broadcast
+
+
+def _has_tag(ix: int, record: tuple[int, bytes]) -> bool:
+    return record[0] == ix
+
+
+def _stage_partition(plan, shipped, side_bc, bundle_bytes, accumulator, inputs):
+    entries = side_bc.value if side_bc is not None else ()
+    return run_partition(plan, shipped, entries, inputs, bundle_bytes, accumulator)

@@ -1,0 +1,198 @@
+"""SparkRunner on local[2]: equivalence with DirectRunner, primitives, I/O,
+metrics, options and error surfacing."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+import apache_beam as beam
+import pipelines_for_tests as tp
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import trigger, window
+
+from runners.spark import SparkRunner
+from runners.spark.errors import PipelineError
+from runners.spark.options import SparkOptions, master_url
+
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark_session")]
+
+
+def _run_to_lines(runner, build, out_dir) -> list[str]:
+    prefix = os.path.join(out_dir, "out")
+    with beam.Pipeline(runner=runner) as p:
+        build(p) | beam.io.WriteToText(prefix)
+    lines = []
+    for path in glob.glob(prefix + "*"):
+        with open(path) as f:
+            lines.extend(f.read().splitlines())
+    return sorted(lines)
+
+
+def test_stateful_timers_match_direct_runner(tmp_path):
+    direct = _run_to_lines("DirectRunner", tp.stateful_pipeline, tmp_path / "d")
+    spark = _run_to_lines(SparkRunner(), tp.stateful_pipeline, tmp_path / "s")
+    assert spark == direct
+    assert any("beat" in line for line in spark)
+    assert not any("cancelled" in line for line in spark)
+
+
+def test_processing_time_timers_fire_at_end_of_input():
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        out = (
+            p
+            | beam.Create([("a", 1), ("b", 2), ("a", 3)])
+            | beam.ParDo(tp.ProcessingTimeFn())
+        )
+        assert_that(out, equal_to(["a flushed [1, 3]", "b flushed [2]"]))
+
+
+def test_side_inputs_all_views():
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        main = p | "Main" >> beam.Create([1, 2])
+        single = p | "Single" >> beam.Create([10])
+        kvs = p | "KVs" >> beam.Create([("a", 1), ("b", 2), ("a", 3)])
+        out = main | beam.Map(
+            lambda x, s, it, lst, d, mm: (
+                x + s,
+                sum(it),
+                len(lst),
+                sorted(d.items()),
+                sorted(mm["a"]),
+            ),
+            s=beam.pvalue.AsSingleton(single),
+            it=beam.pvalue.AsIter(single),
+            lst=beam.pvalue.AsList(kvs),
+            d=beam.pvalue.AsDict(p | "Dict" >> beam.Create([("x", 1), ("y", 2)])),
+            mm=beam.pvalue.AsMultiMap(kvs),
+        )
+        expected_tail = (10, 3, [("x", 1), ("y", 2)], [1, 3])
+        assert_that(out, equal_to([(11, *expected_tail), (12, *expected_tail)]))
+
+
+def test_sessions_and_accumulating_trigger():
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        sessions = (
+            p
+            | "S" >> beam.Create([("k", 1), ("k", 2), ("k", 30)])
+            | "ST" >> beam.Map(lambda kv: window.TimestampedValue(kv, kv[1]))
+            | "SW" >> beam.WindowInto(window.Sessions(5))
+            | "SG" >> beam.GroupByKey()
+            | "SV" >> beam.MapTuple(lambda k, v: sorted(v))
+        )
+        assert_that(sessions, equal_to([[1, 2], [30]]), label="sessions")
+        fired = (
+            p
+            | "T" >> beam.Create([("k", i) for i in range(4)])
+            | "TW"
+            >> beam.WindowInto(
+                window.GlobalWindows(),
+                trigger=trigger.Repeatedly(trigger.AfterCount(2)),
+                accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
+            )
+            | "TG" >> beam.GroupByKey()
+            | "TV" >> beam.MapTuple(lambda k, v: len(list(v)))
+        )
+        assert_that(fired, lambda sizes: max(sizes) == 4, label="accumulating")
+
+
+def test_text_and_parquet_reads(tmp_path):
+    text = tmp_path / "in.txt"
+    text.write_text("".join(f"line {i}\n" for i in range(500)))
+    table = pa.table({"q": [f"q{i % 7}" for i in range(300)], "n": list(range(300))})
+    pq.write_table(table, tmp_path / "in.parquet", row_group_size=50)
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        lines = p | beam.io.ReadFromText(str(text))
+        assert_that(lines | beam.combiners.Count.Globally(), equal_to([500]), "text")
+        rows = p | beam.io.ReadFromParquet(str(tmp_path / "in.parquet"))
+        sums = rows | beam.Map(lambda r: (r["q"], r["n"])) | beam.CombinePerKey(sum)
+        expected = {}
+        for i in range(300):
+            expected[f"q{i % 7}"] = expected.get(f"q{i % 7}", 0) + i
+        assert_that(sums, equal_to(sorted(expected.items())), "parquet")
+
+
+def test_metrics_reach_pipeline_result():
+    counter = beam.metrics.Metrics.counter("t", "seen")
+    dist = beam.metrics.Metrics.distribution("t", "size")
+    gauge = beam.metrics.Metrics.gauge("t", "last")
+
+    def record(x):
+        counter.inc()
+        dist.update(x)
+        gauge.set(7)
+        return x
+
+    p = beam.Pipeline(runner=SparkRunner())
+    _ = p | beam.Create(list(range(1, 101))) | beam.Map(record)
+    result = p.run()
+    result.wait_until_finish()
+    query = result.metrics().query(beam.metrics.MetricsFilter().with_namespace("t"))
+    assert sum(c.committed for c in query["counters"]) == 100
+    (d,) = query["distributions"]
+    assert (d.committed.count, d.committed.sum, d.committed.min, d.committed.max) == (
+        100,
+        5050,
+        1,
+        100,
+    )
+    (g,) = query["gauges"]
+    assert g.committed.value == 7
+
+
+class _Boom(beam.DoFn):
+    def process(self, element):
+        if element == 3:
+            _explode(element)
+        yield element
+
+
+def _explode(value):
+    raise ValueError(f"bad element {value}")
+
+
+def test_user_error_surfaces_python_exception():
+    with pytest.raises(ValueError) as info, beam.Pipeline(runner=SparkRunner()) as p:
+        p | beam.Create([1, 2, 3]) | "Explode" >> beam.ParDo(_Boom())
+    error = info.value
+    assert isinstance(error, PipelineError)
+    first_line = str(error).splitlines()[0]
+    assert first_line.startswith("ValueError: bad element 3")
+    assert error.transform == "Explode"
+    assert "in transform 'Explode'" in str(error)
+    assert "_explode" in str(error)
+    assert "py4j" not in str(error).lower()
+    assert len(str(error).splitlines()) < 15
+
+
+def test_runner_selected_by_dotted_name():
+    options = PipelineOptions(["--runner=runners.spark.SparkRunner"])
+    with beam.Pipeline(options=options) as p:
+        assert_that(
+            p | beam.Create([1, 2]) | beam.Map(lambda x: -x), equal_to([-1, -2])
+        )
+
+
+def test_master_default_and_python_env():
+    assert master_url(PipelineOptions([])) == "local[*]"
+    assert master_url(PipelineOptions(["--spark_master_url=local[2]"])) == "local[2]"
+    opts = SparkOptions(["--spark_conf", "a=1", "--spark_conf", "b=2"])
+    assert opts.spark_conf == ["a=1", "b=2"]
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_ordered_list_state():
+    values = [50, 5, 70, 20, 95, 10]
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        out = (
+            p
+            | beam.Create([("k", v) for v in values])
+            | beam.Map(lambda kv: kv).with_output_types(tuple[str, int])
+            | beam.ParDo(tp.OrderedListFn())
+        )
+        assert_that(out, equal_to([("k", [10, 20, 50, 70])]))
