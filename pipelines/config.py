@@ -77,6 +77,20 @@ def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
     return config
 
 
+def add_config_arguments(
+    parser: argparse.ArgumentParser, default_path: pathlib.Path
+) -> None:
+    """The `--config` and `--set` flags every pipeline takes."""
+    parser.add_argument("--config", default=str(default_path), help="YAML config")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one config value; repeatable",
+    )
+
+
 def from_command_line(
     default_path: pathlib.Path, args: argparse.Namespace, flag_keys: Mapping[str, str]
 ) -> Config:

@@ -71,14 +71,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--input_format", choices=("jsonl", "csv", "parquet"))
     parser.add_argument("--output", required=True, help="output directory")
-    parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="YAML config")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override one config value; repeatable",
-    )
+    config_loader.add_config_arguments(parser, DEFAULT_CONFIG)
     parser.add_argument("--pipeline_id", help="pipeline.id: the registry token")
     parser.add_argument("--bigtable_project")
     parser.add_argument("--bigtable_instance")

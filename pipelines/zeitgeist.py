@@ -83,14 +83,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         help="format of --input when the extension does not tell",
     )
     parser.add_argument("--output", required=True, help="output directory")
-    parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="YAML config")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override one config value; repeatable",
-    )
+    config_loader.add_config_arguments(parser, DEFAULT_CONFIG)
     parser.add_argument("--window_seconds", type=int, help="window.size_seconds")
     parser.add_argument("--late_policy", choices=("drop", "correct"))
     parser.add_argument("--allowed_lateness_seconds", type=int)
