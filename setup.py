@@ -24,6 +24,13 @@ setup(
         "pyarrow>=15",
         "numpy>=1.26",
         "PyYAML>=6",
+        # google-cloud-bigtable installs the `google.cloud` namespace, after
+        # which Beam warns on every start that GCS and BigQuery clients are
+        # half there; these complete them (gs:// paths then work too), at the
+        # versions Beam's own `gcp` extra pins.
+        "google-cloud-storage>=2.18.2,<4",
+        "google-apitools>=0.5.31,<0.5.32; python_version < '3.13'",
+        "google-apitools>=0.5.35; python_version >= '3.13'",
     ],
     extras_require={
         "bigtable": ["google-cloud-bigtable>=2.50,<3"],

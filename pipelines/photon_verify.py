@@ -19,14 +19,13 @@ import logging
 import os
 import pathlib
 import sys
-import warnings
 from collections.abc import Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import photon
+from pipelines import console, photon
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import format_table
@@ -171,8 +170,5 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    warnings.filterwarnings("ignore", "Connecting to Bigtable emulator")
+    console.configure_logging()
     sys.exit(run())

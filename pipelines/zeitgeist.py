@@ -33,6 +33,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as config_loader
+from pipelines import console
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import counter_totals, format_table
@@ -317,7 +318,5 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    console.configure_logging()
     sys.exit(run())
