@@ -1,32 +1,53 @@
 """Throughput of SparkRunner against DirectRunner and a hand-written PySpark job.
 
-    python benchmarks/runner_throughput.py                    # 1M events, local[2]
-    python benchmarks/runner_throughput.py --events 200000 --master local[2]
+    python benchmarks/runner_throughput.py                    # Zeitgeist, 1M events
+    python benchmarks/runner_throughput.py --events 200000 \\
+        --events_list 200000,800000                           # + driver memory scaling
+    python benchmarks/runner_throughput.py --workload counts  # synthetic counts
 
-One workload, three engines, one run: count searches per (query, one-minute
-event-time window) over about ``--events`` generated events.
+Two workloads, three engines, one run, all on ``--master`` (``local[2]``).
 
-- ``SparkRunner``: a Beam pipeline (generate per shard, FixedWindows(60),
-  Count.PerKey, which Beam's combiner lifting turns into a partial count
-  before the shuffle) on PySpark ``--master``.
-- ``DirectRunner``: the same Beam pipeline.
-- ``pyspark-rdd``: the same counts written by hand with ``reduceByKey`` on the
-  same SparkSession, the floor for what Spark itself costs.
+``--workload zeitgeist`` (default): about ``--events`` single searches from
+``testing.zeitgeist_generator`` (one record per search) are written to a
+Parquet file once, then
 
-Events are generated inside each engine from shard numbers, so no engine pays
-to ship them. Each engine's counts are checked against the others (OK or
-MISMATCH). Printed per engine: wall time, events/s, peak RSS of this process
-and all its descendants (the JVM and Spark's Python workers included),
-sampled every 50 ms, and the ratio to SparkRunner. The SparkSession stays up
-for all three, so its JVM is in every figure: compare differences.
+- ``SparkRunner``: the whole Zeitgeist job (``pipelines.zeitgeist.build``:
+  ReadSearchQueries, event time, ``Zeitgeist``, JSON Lines sinks, with the
+  window_counts output the CLI's ``--write_window_counts`` adds);
+- ``DirectRunner``: the same job, Beam's default in-memory mode;
+- ``pyspark-rdd``: only the (query, 5-minute window) counts, by hand, from
+  the same Parquet file with ``spark.read.parquet`` and ``reduceByKey``: the
+  floor for the job's window-count stage on Spark.
+
+The non-empty windows of both Beam runs' window_counts must equal the RDD
+job's counts (OK or MISMATCH; zero-count windows are the pipeline's own).
+
+``--events_list N1,N2,...`` then runs SparkRunner on each size, each in a
+fresh interpreter, and prints the peak RSS of the driver process alone (not
+the JVM nor Spark's Python workers) at each size and its ratio to the
+smallest: flat when nothing is collected on the driver.
+
+``--workload counts``: count searches per (query, one-minute event-time
+window) over events generated inside each engine from shard numbers, so no
+engine pays to ship them (``FixedWindows(60)`` and ``Count.PerElement``, which
+Beam's combiner lifting turns into a partial count before the shuffle, and
+the same with ``reduceByKey``).
+
+Printed per engine: wall time, events/s, peak RSS of this process and all its
+descendants (the JVM and Spark's Python workers included), sampled every
+50 ms, and the ratios. The SparkSession stays up for all three, so its JVM is
+in every figure: compare differences.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import operator
 import os
 import random
+import resource
+import subprocess
 import sys
 import tempfile
 import threading
@@ -139,7 +160,7 @@ def _tree_rss(root: int) -> int:
     return total
 
 
-def measure(name: str, events: int, run: Callable[[], dict]) -> tuple[dict, dict]:
+def measure(name: str, events: int, run: Callable[[], object]) -> tuple[object, dict]:
     """Runs one engine; returns its counts and its figures."""
     with PeakRss() as rss:
         start = time.perf_counter()
@@ -159,27 +180,38 @@ def measure(name: str, events: int, run: Callable[[], dict]) -> tuple[dict, dict
     return counts, figures
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--skip_direct", action="store_true")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+def print_table(results: list[tuple[object, dict]], total: Callable) -> None:
+    """Events/s, ratio to SparkRunner, peak RSS and count check per engine."""
+    reference = results[0][0]
+    spark_rate = results[0][1]["events_per_s"]
+    print()
+    header = ("engine", "events/s", "vs SparkRunner", "peak MiB")
+    print("{:>12}  {:>10}  {:>14}  {:>8}  counts".format(*header))
+    for counts, fig in results:
+        check = "OK" if counts == reference else "MISMATCH"
+        ratio = fig["events_per_s"] / spark_rate
+        print(
+            f"{fig['engine']:>12}  {fig['events_per_s']:10,.0f}  {ratio:13.2f}x  "
+            f"{fig['peak_rss_mb']:8.0f}  {check} ({total(counts):,} events)"
+        )
 
+
+def print_ratios(results: list[tuple[object, dict]]) -> None:
+    """The issue's two throughput ratios, when all three engines ran."""
+    rate = {fig["engine"]: fig["events_per_s"] for _, fig in results}
+    spark = rate["SparkRunner"]
+    if "DirectRunner" in rate:
+        print(f"SparkRunner / DirectRunner: {spark / rate['DirectRunner']:.2f}x")
+    print(f"pyspark-rdd / SparkRunner:  {rate['pyspark-rdd'] / spark:.2f}x")
+
+
+def run_counts(args: argparse.Namespace, sc, spark_args: list[str]) -> None:
+    """The synthetic window-count workload on the three engines."""
     from runners.spark import SparkRunner
-    from runners.spark.options import SparkOptions
-    from runners.spark.session import get_or_create_session
 
     per_shard = args.events // SHARDS
     events = per_shard * SHARDS
-    spark_args = [f"--spark_master_url={args.master}"]
-    session = get_or_create_session(SparkOptions(spark_args))
-    sc = session.sparkContext
-    print(f"{events:,} events, {SHARDS} shards, master {args.master}", flush=True)
-
-    # Warm-up: Spark's first job pays JVM and Python worker start-up.
-    rdd_counts(sc, 100)
+    print(f"counts: {events:,} events, {SHARDS} shards, master {args.master}")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         results.append(
@@ -204,19 +236,183 @@ def main(argv: list[str] | None = None) -> None:
                     ),
                 )
             )
-    reference = results[0][0]
-    spark_rate = results[0][1]["events_per_s"]
-    print()
-    header = ("engine", "events/s", "vs SparkRunner", "peak MiB")
-    print("{:>12}  {:>10}  {:>14}  {:>8}  counts".format(*header))
-    for counts, fig in results:
-        check = "OK" if counts == reference else "MISMATCH"
-        ratio = fig["events_per_s"] / spark_rate
-        print(
-            f"{fig['engine']:>12}  {fig['events_per_s']:10,.0f}  {ratio:13.2f}x  "
-            f"{fig['peak_rss_mb']:8.0f}  {check} ({sum(counts.values()):,} events)"
+    print_table(results, lambda counts: sum(counts.values()))
+    print_ratios(results)
+
+
+# --- Zeitgeist workload ---------------------------------------------------
+
+ZEITGEIST_WINDOW_S = 300
+# First argument of the subprocess that runs one SparkRunner pipeline.
+_CHILD = "--_spark_child"
+
+
+def write_searches(events: int, seed: int, path: Path) -> int:
+    """Writes about `events` single searches to Parquet; returns how many."""
+    from zeitgeist_throughput import generate_stream
+
+    stream = generate_stream(events, 100, ZEITGEIST_WINDOW_S * 1000, seed)
+    stream.write_parquet(path)
+    return int(stream.count.sum())
+
+
+def zeitgeist_beam(source: Path, output: Path, beam_args: list[str]) -> list[tuple]:
+    """Runs the Zeitgeist job; returns its non-empty window counts, sorted."""
+    from zeitgeist_throughput import run_pipeline
+
+    run_pipeline(
+        str(source), output, [f"--window_seconds={ZEITGEIST_WINDOW_S}", *beam_args]
+    )
+    return beam_window_counts(output)
+
+
+def beam_window_counts(output: Path) -> list[tuple[str, int, int]]:
+    """(query, window start ms, count) of non-empty windows a Beam run wrote."""
+    from pipelines.outputs import read_output
+    from transforms.records.zeitgeist_pb2 import WindowCount
+    from transforms.zeitgeist.composite import WINDOW_COUNTS
+
+    return sorted(
+        (w.query, w.window_start, w.count)
+        for w in read_output(output, WINDOW_COUNTS, WindowCount)
+        if w.count
+    )
+
+
+def zeitgeist_rdd(session, source: Path) -> list[tuple[str, int, int]]:
+    """The same window counts by hand: Parquet rows, reduceByKey."""
+    window_ms = ZEITGEIST_WINDOW_S * 1000
+    rows = session.read.parquet(str(source)).select("query", "event_time", "count")
+    counts = (
+        rows.rdd.map(lambda r: ((r[0], r[1] - r[1] % window_ms), r[2]))
+        .reduceByKey(operator.add)
+        .collect()
+    )
+    return sorted((query, start, n) for (query, start), n in counts)
+
+
+def run_zeitgeist(args: argparse.Namespace, session, spark_args: list[str]) -> None:
+    """The Zeitgeist job on the three engines, on one Parquet file."""
+    with tempfile.TemporaryDirectory(prefix="runner_throughput_") as tmp:
+        source = Path(tmp) / "searches.parquet"
+        events = write_searches(args.events, args.seed, source)
+        print(f"zeitgeist: {events:,} events, master {args.master}", flush=True)
+        spark_beam = ["--runner=SparkRunner", *spark_args]
+        results = [
+            measure(
+                "SparkRunner",
+                events,
+                lambda: zeitgeist_beam(source, Path(tmp, "spark"), spark_beam),
+            ),
+            measure("pyspark-rdd", events, lambda: zeitgeist_rdd(session, source)),
+        ]
+        if not args.skip_direct:
+            results.append(
+                measure(
+                    "DirectRunner",
+                    events,
+                    lambda: zeitgeist_beam(source, Path(tmp, "direct"), []),
+                )
+            )
+    print_table(results, lambda counts: sum(n for *_, n in counts))
+    print_ratios(results)
+
+
+def spark_child(source: str, output: str, master: str) -> None:
+    """In a fresh interpreter: one SparkRunner run; prints its figures as JSON."""
+    from zeitgeist_throughput import run_pipeline
+
+    beam_args = [
+        "--runner=SparkRunner",
+        f"--spark_master_url={master}",
+        f"--window_seconds={ZEITGEIST_WINDOW_S}",
+    ]
+    with PeakRss() as rss:
+        seconds = run_pipeline(source, Path(output), beam_args)
+    # ru_maxrss (KiB on Linux) of this process alone: the driver, without
+    # the JVM and Spark's Python workers, which are other processes.
+    driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"seconds": seconds, "driver": driver, "tree": rss.peak}))
+
+
+def scale_point(events: int, seed: int, master: str) -> dict:
+    """SparkRunner on about `events` searches in a subprocess; its figures."""
+    with tempfile.TemporaryDirectory(prefix="runner_scale_") as tmp:
+        source = Path(tmp) / "searches.parquet"
+        events = write_searches(events, seed, source)
+        done = subprocess.run(
+            [sys.executable, __file__, _CHILD, str(source), f"{tmp}/out", master],
+            capture_output=True,
+            text=True,
         )
+    if done.returncode != 0:
+        sys.exit(f"SparkRunner run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return {"events": events, **json.loads(done.stdout.splitlines()[-1])}
+
+
+def run_scale(sizes: list[int], seed: int, master: str) -> None:
+    """Driver peak RSS of SparkRunner at each input size, and the ratios."""
+    print(f"\nSparkRunner driver memory vs input size (master {master}):")
+    print(
+        "{:>10}  {:>10}  {:>11}  {:>9}  {:>10}".format(
+            "events", "events/s", "driver MiB", "vs first", "tree MiB"
+        )
+    )
+    first = None
+    for size in sizes:
+        point = scale_point(size, seed, master)
+        first = first or point
+        print(
+            f"{point['events']:10,}  {point['events'] / point['seconds']:10,.0f}  "
+            f"{point['driver'] / 2**20:11.0f}  "
+            f"{point['driver'] / first['driver']:8.2f}x  "
+            f"{point['tree'] / 2**20:10.0f}",
+            flush=True,
+        )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The benchmark's flags."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--workload", choices=("zeitgeist", "counts"), default="zeitgeist"
+    )
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--skip_direct", action="store_true")
+    parser.add_argument("--seed", type=int, default=7, help="Zeitgeist generator seed")
+    parser.add_argument(
+        "--events_list",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[],
+        help="Zeitgeist sizes for the SparkRunner driver-memory scaling study",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Runs the benchmark (or, in the subprocess, one SparkRunner pipeline)."""
+    argv = sys.argv[1:] if argv is None else argv
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if argv[:1] == [_CHILD]:
+        spark_child(*argv[1:])
+        return
+    args = parse_args(argv)
+
+    from runners.spark.options import SparkOptions
+    from runners.spark.session import get_or_create_session
+
+    spark_args = [f"--spark_master_url={args.master}"]
+    session = get_or_create_session(SparkOptions(spark_args))
+    # Warm-up: Spark's first job pays JVM and Python worker start-up.
+    rdd_counts(session.sparkContext, 100)
+    if args.workload == "counts":
+        run_counts(args, session.sparkContext, spark_args)
+    else:
+        run_zeitgeist(args, session, spark_args)
     session.stop()
+    if args.events_list:
+        run_scale(args.events_list, args.seed, args.master)
 
 
 if __name__ == "__main__":
