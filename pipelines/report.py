@@ -191,11 +191,15 @@ def _series(
 
     A NaN row is put one window after each run of windows that stops short
     of the next one: the query went quiet and emitted nothing, which a line
-    drawn straight across would hide.
+    drawn straight across would hide. Windows without a prediction (the
+    model's first) have NaN expected and stddev.
     """
     starts = np.array([s.window_start for s in scores], dtype=np.int64)
     values = np.array([(s.actual, s.expected, s.stddev) for s in scores], dtype=float)
     values = values.reshape(-1, 3)
+    # Before the model's first window there is no prediction to draw.
+    unpredicted = np.array([s.history == 0 for s in scores], dtype=bool)
+    values[unpredicted, 1:] = np.nan
     gaps = np.flatnonzero(np.diff(starts) > window_ms) + 1
     starts = np.insert(starts, gaps, starts[gaps - 1] + window_ms)
     values = np.insert(values, gaps, np.nan, axis=0)

@@ -105,7 +105,7 @@ class Anomaly(_message.Message):
     def __init__(self, query: _Optional[str] = ..., kind: _Optional[_Union[AnomalyKind, str]] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., score: _Optional[float] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class WindowScore(_message.Message):
-    __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "score", "spike_confidence", "dip_confidence", "revision")
+    __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "score", "spike_confidence", "dip_confidence", "revision", "history")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     WINDOW_END_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +116,7 @@ class WindowScore(_message.Message):
     SPIKE_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     DIP_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
     query: str
     window_start: int
     window_end: int
@@ -126,4 +127,5 @@ class WindowScore(_message.Message):
     spike_confidence: float
     dip_confidence: float
     revision: int
-    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., score: _Optional[float] = ..., spike_confidence: _Optional[float] = ..., dip_confidence: _Optional[float] = ..., revision: _Optional[int] = ...) -> None: ...
+    history: int
+    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., score: _Optional[float] = ..., spike_confidence: _Optional[float] = ..., dip_confidence: _Optional[float] = ..., revision: _Optional[int] = ..., history: _Optional[int] = ...) -> None: ...

@@ -112,6 +112,7 @@ class SpikeDipDetector(beam.DoFn):
                 spike_confidence=verdict.confidence.spike,
                 dip_confidence=verdict.confidence.dip,
                 revision=update.revision,
+                history=update.history,
             ),
         )
         if verdict.kind is None:
