@@ -46,7 +46,6 @@ import json
 import operator
 import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -329,10 +328,21 @@ def spark_child(source: str, output: str, master: str) -> None:
     ]
     with PeakRss() as rss:
         seconds = run_pipeline(source, Path(output), beam_args)
-    # ru_maxrss (KiB on Linux) of this process alone: the driver, without
-    # the JVM and Spark's Python workers, which are other processes.
-    driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"seconds": seconds, "driver": driver, "tree": rss.peak}))
+    print(json.dumps({"seconds": seconds, "driver": _own_peak_rss(), "tree": rss.peak}))
+
+
+def _own_peak_rss() -> int:
+    """Peak RSS in bytes of this process alone (VmHWM), without the JVM and
+    Spark's Python workers, which are other processes.
+
+    Not ``ru_maxrss``: Linux carries the parent's high-water mark into a
+    child across fork and exec, and the parent holds the generated stream.
+    """
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def scale_point(events: int, seed: int, master: str) -> dict:
@@ -353,22 +363,29 @@ def scale_point(events: int, seed: int, master: str) -> dict:
 def run_scale(sizes: list[int], seed: int, master: str) -> None:
     """Driver peak RSS of SparkRunner at each input size, and the ratios."""
     print(f"\nSparkRunner driver memory vs input size (master {master}):")
-    print(
-        "{:>10}  {:>10}  {:>11}  {:>9}  {:>10}".format(
-            "events", "events/s", "driver MiB", "vs first", "tree MiB"
-        )
-    )
-    first = None
+    header = ("events", "events/s*", "driver MiB", "vs first", "tree MiB")
+    print("{:>10}  {:>10}  {:>10}  {:>8}  {:>8}".format(*header))
+    points = []
     for size in sizes:
-        point = scale_point(size, seed, master)
-        first = first or point
+        points.append(scale_point(size, seed, master))
+        point, first = points[-1], points[0]
         print(
             f"{point['events']:10,}  {point['events'] / point['seconds']:10,.0f}  "
-            f"{point['driver'] / 2**20:11.0f}  "
-            f"{point['driver'] / first['driver']:8.2f}x  "
-            f"{point['tree'] / 2**20:10.0f}",
+            f"{point['driver'] / 2**20:10.0f}  "
+            f"{point['driver'] / first['driver']:7.2f}x  "
+            f"{point['tree'] / 2**20:8.0f}",
             flush=True,
         )
+    first, last = points[0], points[-1]
+    print(
+        f"driver peak RSS x{last['driver'] / first['driver']:.2f} for "
+        f"x{last['events'] / first['events']:.2f} the input  (* includes the "
+        "fresh interpreter's Spark start-up)"
+    )
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(n) for n in text.split(",")]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -383,7 +400,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=7, help="Zeitgeist generator seed")
     parser.add_argument(
         "--events_list",
-        type=lambda text: [int(n) for n in text.split(",")],
+        type=_sizes,
         default=[],
         help="Zeitgeist sizes for the SparkRunner driver-memory scaling study",
     )
