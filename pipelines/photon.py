@@ -35,7 +35,7 @@ from pipelines import console
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import counter_totals, format_table
-from transforms.millwheel.event_time import to_timestamp
+from transforms.millwheel.event_time import WithEventTimestamps
 from transforms.photon import (
     DEAD_LETTERS,
     JOINED,
@@ -184,9 +184,7 @@ def generate_input(config: config_loader.Config, output: pathlib.Path) -> dict:
 
 
 def _stamped(pcoll: beam.PCollection, label: str) -> beam.PCollection:
-    return pcoll | label >> beam.Map(
-        lambda e: beam.window.TimestampedValue(e, to_timestamp(e.event_time))
-    )
+    return pcoll | label >> WithEventTimestamps()
 
 
 def build(

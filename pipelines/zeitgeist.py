@@ -37,7 +37,7 @@ from pipelines import console
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import counter_totals, format_table
-from transforms.millwheel.event_time import to_timestamp
+from transforms.millwheel.event_time import WithEventTimestamps
 from transforms.millwheel.lateness import LateDataPolicy
 from transforms.records.readers import (
     DEAD_LETTERS,
@@ -211,12 +211,7 @@ def build(
         records.append(read[RECORDS])
         dead.append(read[DEAD_LETTERS])
     searches = (
-        records
-        | "MergeInputs" >> beam.Flatten()
-        | "EventTime"
-        >> beam.Map(
-            lambda s: beam.window.TimestampedValue(s, to_timestamp(s.event_time))
-        )
+        records | "MergeInputs" >> beam.Flatten() | "EventTime" >> WithEventTimestamps()
     )
     outputs = searches | "Zeitgeist" >> transform
     dead.append(outputs[DEAD_LETTERS])

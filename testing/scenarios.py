@@ -21,18 +21,13 @@ import numpy as np
 from apache_beam.coders import ProtoCoder
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
-from apache_beam.utils.timestamp import Timestamp
 
 from testing.zeitgeist_generator import HOUR_MS, GeneratedStream
+from transforms.millwheel.event_time import to_timestamp
 from transforms.records import zeitgeist_pb2
 
 DEFAULT_END_MARGIN_MS = HOUR_MS
 T = TypeVar("T")
-
-
-def to_timestamp(ms: int) -> Timestamp:
-    """Epoch milliseconds as a Beam `Timestamp` (which counts seconds)."""
-    return Timestamp(micros=int(ms) * 1000)
 
 
 def timestamped(

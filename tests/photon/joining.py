@@ -7,7 +7,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 
-from testing.scenarios import timestamped, to_timestamp
+from testing.scenarios import timestamped
+from transforms.millwheel.event_time import to_timestamp
 from transforms.photon import BigtableTarget, PhotonJoin
 from transforms.records.photon_pb2 import ClickEvent, QueryEvent
 

@@ -5,6 +5,8 @@ protobuf, exact and cheap to compare). Beam timestamps are microseconds; these
 helpers are the one place where the two meet.
 """
 
+import apache_beam as beam
+from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 
@@ -25,3 +27,21 @@ def window_start(event_time_ms: int, window_ms: int) -> int:
     the boundaries without coordination.
     """
     return event_time_ms - event_time_ms % window_ms
+
+
+class WithEventTimestamps(beam.PTransform):
+    """Gives each record (anything with an `event_time` in ms) that Beam timestamp.
+
+    Sources stamp records with read time or file time; event-time windows,
+    timers and the watermark need the time the event happened. The element
+    type is kept, so protobuf records keep their coder.
+    """
+
+    def expand(self, records: beam.PCollection) -> beam.PCollection:
+        return records | "Stamp" >> beam.Map(_stamp).with_output_types(
+            records.element_type
+        )
+
+
+def _stamp(record) -> TimestampedValue:
+    return TimestampedValue(record, to_timestamp(record.event_time))
