@@ -19,6 +19,7 @@ from apache_beam.transforms import trigger, window
 from runners.spark import SparkRunner
 from runners.spark.errors import PipelineError
 from runners.spark.options import SparkOptions, master_url
+from runners.spark.session import ensure_python_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark_session")]
 
@@ -178,12 +179,23 @@ def test_runner_selected_by_dotted_name():
         )
 
 
-def test_master_default_and_python_env():
+def test_master_default_and_spark_conf():
     assert master_url(PipelineOptions([])) == "local[*]"
     assert master_url(PipelineOptions(["--spark_master_url=local[2]"])) == "local[2]"
     opts = SparkOptions(["--spark_conf", "a=1", "--spark_conf", "b=2"])
     assert opts.spark_conf == ["a=1", "b=2"]
+
+
+def test_workers_default_to_the_driver_interpreter(monkeypatch):
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    ensure_python_env()
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_a_chosen_worker_interpreter_is_kept(monkeypatch):
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/other/python3")
+    ensure_python_env()
+    assert os.environ["PYSPARK_PYTHON"] == "/opt/other/python3"
 
 
 def test_ordered_list_state():
