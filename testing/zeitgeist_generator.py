@@ -276,8 +276,9 @@ class GeneratedStream:
     def write_csv(self, path: str | Path) -> None:
         pa_csv.write_csv(self.to_arrow(), str(path))
 
-    def write_parquet(self, path: str | Path) -> None:
-        pq.write_table(self.to_arrow(), str(path))
+    def write_parquet(self, path: str | Path, row_group_rows: int = 1 << 16) -> None:
+        """Parquet in row groups of `row_group_rows`: the units readers split on."""
+        pq.write_table(self.to_arrow(), str(path), row_group_size=row_group_rows)
 
     def write_episodes(self, path: str | Path) -> None:
         """Episodes as a JSON list of objects with the `Episode` fields."""

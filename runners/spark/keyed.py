@@ -59,6 +59,16 @@ def split_elements(
             yield raw
 
 
+def number_round_robin(partition: int, elements: Iterable[Any]) -> Iterator[tuple]:
+    """Numbers elements from the partition's index, so partitions interleave."""
+    return enumerate(elements, start=partition)
+
+
+def round_robin_partition(number: int) -> int:
+    """Partition function for ``number_round_robin``'s numbers."""
+    return number
+
+
 def _is_plain_batch(windowing: Any) -> bool:
     """Non-merging windows, default trigger, end-of-window timestamps.
 

@@ -180,10 +180,16 @@ class RddTranslator:
         split = functools.partial(
             keyed.split_elements, self._shipped, self._windowed[in_pc]
         )
+        # Not RDD.repartition: PySpark hands the JVM pickled batches of up to
+        # a thousand elements, so a few small elements (files, row groups,
+        # restrictions) would all land in one partition. Numbering them
+        # round-robin and partitioning on that number spreads each element.
         rdd = (
             self._rdds[in_pc]
             .mapPartitions(split)
-            .repartition(self._parallelism)
+            .mapPartitionsWithIndex(keyed.number_round_robin)
+            .partitionBy(self._parallelism, keyed.round_robin_partition)
+            .values()
             .mapPartitions(lambda elements: [b"".join(elements)])
             .filter(bool)
         )

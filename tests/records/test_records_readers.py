@@ -306,6 +306,33 @@ def test_parquet_rows_with_timestamp_and_integer_times(tmp_path):
         )
 
 
+def test_parquet_row_groups_are_read_apart_and_keep_file_row_numbers(tmp_path):
+    queries = [f"q{i}" for i in range(10)]
+    counts = [1] * 10
+    counts[6] = -1  # row 7 of the file, in the third row group of three rows
+    path = tmp_path / "groups.parquet"
+    pq.write_table(
+        pa.table({"query": queries, "event_time": [T] * 10, "count": counts}),
+        path,
+        row_group_size=3,
+    )
+    assert pq.ParquetFile(path).metadata.num_row_groups == 4
+
+    p = beam.Pipeline()
+    out = p | ReadSearchQueries(str(path))
+    assert_that(
+        out[RECORDS] | beam.Map(lambda r: r.query),
+        equal_to([q for q in queries if q != "q6"]),
+        label="Records",
+    )
+    assert_that(
+        letters(out) | beam.Map(lambda d: d[1]), equal_to(["row 7"]), label="Dead"
+    )
+    result = p.run()
+    result.wait_until_finish()
+    assert counters(result)["records_read"] == 9
+
+
 def test_gzipped_jsonl_is_decompressed_and_a_corrupt_gz_is_a_dead_letter(tmp_path):
     good = tmp_path / "events.jsonl.gz"
     good.write_bytes(

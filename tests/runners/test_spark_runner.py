@@ -208,3 +208,23 @@ def test_ordered_list_state():
             | beam.ParDo(tp.OrderedListFn())
         )
         assert_that(out, equal_to([("k", [10, 20, 50, 70])]))
+
+
+def _partition_of(_) -> int:
+    from pyspark import TaskContext
+
+    return TaskContext.get().partitionId()
+
+
+def test_reshuffle_spreads_a_few_elements_over_every_partition():
+    # A file pattern matching two files, or a Parquet file's row groups,
+    # must reach both cores, not travel as one pickled batch.
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        partitions = (
+            p
+            | beam.Create(["a", "b", "c", "d"])
+            | beam.Reshuffle()
+            | beam.Map(_partition_of)
+            | beam.Distinct()
+        )
+        assert_that(partitions, equal_to([0, 1]))

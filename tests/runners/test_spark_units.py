@@ -75,6 +75,26 @@ def test_each_round_fires_only_the_earliest_timers_of_each_key(store_and_coder):
     assert _fired(store, impl, MAX_TIMESTAMP) == {"p": [("k", 1, "")]}
 
 
+def test_a_reset_timer_fires_once_at_its_new_time(store_and_coder):
+    store, impl = store_and_coder
+    _add(store, impl, "a", _timer("k", 10), _timer("k", 40, "late"))
+    _add(store, impl, "a", _timer("k", 50))  # moves the untagged timer past 40
+    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 40, "late")]}
+    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 50, "")]}
+    assert not store.pop_round(MAX_TIMESTAMP)
+
+
+def test_a_timer_set_between_rounds_fires_before_later_ones(store_and_coder):
+    store, impl = store_and_coder
+    _add(store, impl, "a", _timer("k", 10), _timer("k", 90, "end"))
+    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 10, "")]}
+    # As a callback of the timer at 10 would: the next window's timer.
+    _add(store, impl, "a", _timer("k", 20))
+    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 20, "")]}
+    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 90, "end")]}
+    assert len(store) == 0
+
+
 def test_event_time_timers_wait_for_the_watermark(store_and_coder):
     store, impl = store_and_coder
     _add(store, impl, "a", _timer("k", 10))

@@ -125,9 +125,21 @@ class FileReader:
             raise Rejected(INVALID_CSV, f"invalid CSV: {e}") from None
 
     def _read_parquet(self, fh: BinaryIO) -> Iterator[Any]:
+        return self.read_parquet_row_group(fh, None, 0)
+
+    def read_parquet_row_group(
+        self, fh: BinaryIO, row_group: int | None, first_row: int
+    ) -> Iterator[Any]:
+        """Outputs for one row group of the Parquet file `fh` (all if None).
+
+        `first_row` is the number of rows before the group, so that dead
+        letters keep the row's position in the whole file.
+        """
         self.unit = "row"
+        self.done = first_row
         parser = self.parser
-        for batch in pq.ParquetFile(fh).iter_batches():
+        groups = None if row_group is None else [row_group]
+        for batch in pq.ParquetFile(fh).iter_batches(row_groups=groups):
             for row in batch.to_pylist():
                 self.done += 1
                 try:

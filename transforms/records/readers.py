@@ -1,9 +1,10 @@
 """Read record files into messages, with every bad record as a dead letter.
 
 `ReadRecords` matches a file pattern with Beam's `fileio`, so it runs on any
-runner and any Beam filesystem, and reads each matched file in one piece:
-that is what gives exact line numbers and a per-file CSV header. Parallelism
-is therefore per file; shard large inputs into several files. Text files may
+runner and any Beam filesystem. It reads each text file in one piece: that is
+what gives exact line numbers and a per-file CSV header, so text parallelism
+is per file (shard large inputs into several files). Parquet files are read
+per row group (`parquet_parts`), so one large file feeds every worker. Text files may
 be compressed (`.gz`, `.bz2`, ... detected from the name by Beam).
 
 Formats, one record per physical line for text:
@@ -56,6 +57,7 @@ from transforms.records.dead_letters import (
     row_raw,
 )
 from transforms.records.file_reader import FORMATS, FileReader
+from transforms.records.parquet_parts import ReadParquetPart, SplitRowGroups
 from transforms.records.parse import (
     parse_click_event,
     parse_query_event,
@@ -167,9 +169,9 @@ class ReadRecords(beam.PTransform):
             raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes}")
         self._file_pattern = file_pattern
         self._record_type = record_type
-        self._read_fn = _ReadFileFn(
-            parser, record_type.DESCRIPTOR.name, fmt, max_line_bytes
-        )
+        self._format = fmt
+        self._parser = parser
+        self._max_line_bytes = max_line_bytes
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
         files = (
@@ -179,7 +181,19 @@ class ReadRecords(beam.PTransform):
             | "SpreadFiles" >> beam.Reshuffle()
             | "Open" >> fileio.ReadMatches()
         )
-        return files | "Read" >> _split(self._read_fn, self._record_type)
+        record_type = self._record_type.DESCRIPTOR.name
+        if self._format == "parquet":
+            parts = (
+                files
+                | "SplitRowGroups" >> beam.ParDo(SplitRowGroups())
+                | "SpreadRowGroups" >> beam.Reshuffle()
+            )
+            read_part = ReadParquetPart(self._parser, record_type)
+            return parts | "Read" >> _split(read_part, self._record_type)
+        read_file = _ReadFileFn(
+            self._parser, record_type, self._format, self._max_line_bytes
+        )
+        return files | "Read" >> _split(read_file, self._record_type)
 
 
 def _split(fn: beam.DoFn, record_type: type[Message]) -> beam.PTransform:

@@ -185,7 +185,8 @@ class ModelCalculator(beam.DoFn):
             self._keep_for_save(key, state, self._generation(key, token), base)
 
     def finish_bundle(self) -> None:
-        self._save_unsaved()
+        if self._unsaved:
+            self._save_unsaved()
 
     def _seed(self, key: str, token) -> ModelState:
         """The model `key` starts from in this run: the stored one, if any."""

@@ -1,0 +1,74 @@
+"""Parquet files read one row group at a time, so one file feeds many workers.
+
+Text files are read whole (exact line numbers and a per-file CSV header need
+that), but a Parquet file's footer says where every row group starts, so its
+row groups can be read independently and still locate each bad row exactly.
+`SplitRowGroups` lists a file's row groups as `ParquetPart`s; after a
+reshuffle spreads them over workers, `ReadParquetPart` reads each one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from transforms.records.dead_letters import UNREADABLE_FILE, Parser, Rejected, counter
+from transforms.records.file_reader import FileReader
+
+_MIME = "application/octet-stream"
+# Parquet compresses inside the file; a ".gz" name must not be inflated.
+_UNCOMPRESSED = CompressionTypes.UNCOMPRESSED
+
+
+class ParquetPart(NamedTuple):
+    """One row group of a Parquet file; `row_group` None means the whole file."""
+
+    path: str
+    row_group: int | None
+    first_row: int
+
+
+class SplitRowGroups(beam.DoFn):
+    """Emits a `ParquetPart` per row group of each matched Parquet file."""
+
+    def process(self, readable_file: fileio.ReadableFile) -> Iterator[ParquetPart]:
+        path = readable_file.metadata.path
+        try:
+            with readable_file.open(mime_type=_MIME) as fh:
+                metadata = pq.ParquetFile(fh).metadata
+        except (OSError, pa.ArrowException):
+            # Left whole, so that reading it reports why it is unreadable.
+            yield ParquetPart(path, None, 0)
+            return
+        first_row = 0
+        for group in range(metadata.num_row_groups):
+            yield ParquetPart(path, group, first_row)
+            first_row += metadata.row_group(group).num_rows
+
+
+class ReadParquetPart(beam.DoFn):
+    """Reads one `ParquetPart` into records and dead letters ("row N")."""
+
+    def __init__(self, parser: Parser, record_type: str) -> None:
+        self._parser = parser
+        self._record_type = record_type
+
+    def process(self, part: ParquetPart) -> Iterator[Any]:
+        # Lines are never split here, so the line limit does not apply.
+        reader = FileReader(self._parser, self._record_type, 1, part.path)
+        try:
+            with FileSystems.open(part.path, _MIME, _UNCOMPRESSED) as fh:
+                yield from reader.read_parquet_row_group(
+                    fh, part.row_group, part.first_row
+                )
+        except (OSError, pa.ArrowException) as e:
+            rejected = Rejected(UNREADABLE_FILE, f"unreadable file: {e}")
+            yield reader.dead(rejected, b"", reader.done + 1)
+        counter("records_read").inc(reader.records_read)
