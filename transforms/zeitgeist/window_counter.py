@@ -7,10 +7,8 @@ so while a query is active the counter also emits zero-count windows: only the
 watermark can tell "no searches" from "searches still on the wire".
 """
 
-from collections import defaultdict
-
 import apache_beam as beam
-from apache_beam.coders import MapCoder, TupleCoder, VarIntCoder
+from apache_beam.coders import BytesCoder, MapCoder, TupleCoder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (
@@ -25,6 +23,7 @@ from transforms.millwheel.event_time import to_millis, to_timestamp, window_star
 from transforms.millwheel.lateness import Lateness
 from transforms.records.zeitgeist_pb2 import SearchQuery, WindowCount
 from transforms.zeitgeist.params import WindowParams
+from transforms.zeitgeist.pending_windows import PendingWindows
 
 LATE = "late"
 METRICS_NAMESPACE = "millwheel.zeitgeist"
@@ -72,7 +71,9 @@ class WindowCounter(beam.DoFn):
     (`previous_window_start`), and late records on the `late` tag.
 
     State, per query:
-      - `pending`: (window start, count) partials of windows not yet emitted;
+      - `pending`: (window start, count) partials of windows not yet
+        emitted, added by searches, and `compacted`: the same partials
+        folded by earlier firings (`PendingWindows`);
       - `emitted_through`: end of the last emitted window; searches of
         windows ending by then are late;
       - `watermark`: the key's view of the low watermark, the time of its
@@ -91,6 +92,7 @@ class WindowCounter(beam.DoFn):
     """
 
     PENDING = BagStateSpec("pending", TupleCoder((VarIntCoder(), VarIntCoder())))
+    COMPACTED = ReadModifyWriteStateSpec("compacted", BytesCoder())
     EMITTED_THROUGH = ReadModifyWriteStateSpec("emitted_through", VarIntCoder())
     WATERMARK = ReadModifyWriteStateSpec("watermark", VarIntCoder())
     LAST_ACTIVE = ReadModifyWriteStateSpec("last_active", VarIntCoder())
@@ -156,6 +158,7 @@ class WindowCounter(beam.DoFn):
         key=beam.DoFn.KeyParam,
         tag=beam.DoFn.DynamicTimerTagParam,
         pending=beam.DoFn.StateParam(PENDING),
+        compacted=beam.DoFn.StateParam(COMPACTED),
         emitted_through=beam.DoFn.StateParam(EMITTED_THROUGH),
         key_watermark=beam.DoFn.StateParam(WATERMARK),
         last_active=beam.DoFn.StateParam(LAST_ACTIVE),
@@ -171,7 +174,10 @@ class WindowCounter(beam.DoFn):
             # Already emitted by an earlier firing: each window goes out once,
             # even if a runner delivers a re-set timer twice.
             return
-        counts = _sum_by_window(pending.read())
+        windows = PendingWindows(compacted.read())
+        partials = list(pending.read())
+        windows.add(partials)
+        counts = windows.take_through(fire_end - size)
         active = last_active.read()
         input_end = input_end_state.read()
         # The watermark is past fire_end, so every window ending by then is
@@ -196,7 +202,14 @@ class WindowCounter(beam.DoFn):
             # The chain downstream links each window to the last one emitted.
             emitted_through.write(previous + size)
         key_watermark.write(max(key_watermark.read() or fire_end, fire_end))
-        _rewrite(pending, counts)
+        # Windows of the due range that were not emitted stay pending.
+        windows.add(counts.items())
+        if partials:
+            pending.clear()
+        if windows:
+            compacted.write(windows.to_bytes())
+        else:
+            compacted.clear()
 
         horizon_ms = self._params.activity_horizon_windows * size
         observed = input_end is None or fire_end <= input_end
@@ -267,22 +280,8 @@ class WindowCounter(beam.DoFn):
         )
 
 
-def _sum_by_window(partials) -> dict[int, int]:
-    counts: dict[int, int] = defaultdict(int)
-    for start, count in partials:
-        counts[start] += count
-    return counts
-
-
 def _latest(event_times) -> int:
     return max(event_times, default=-1)
-
-
-def _rewrite(pending, counts: dict[int, int]) -> None:
-    """Replace the bag's partials by one compacted entry per window."""
-    pending.clear()
-    for start, count in counts.items():
-        pending.add((start, count))
 
 
 class CountWindows(beam.PTransform):
