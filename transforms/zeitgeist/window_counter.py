@@ -7,8 +7,16 @@ so while a query is active the counter also emits zero-count windows: only the
 watermark can tell "no searches" from "searches still on the wire".
 """
 
+from typing import NamedTuple
+
 import apache_beam as beam
-from apache_beam.coders import BytesCoder, MapCoder, TupleCoder, VarIntCoder
+from apache_beam.coders import (
+    BytesCoder,
+    MapCoder,
+    NullableCoder,
+    TupleCoder,
+    VarIntCoder,
+)
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (
@@ -62,6 +70,15 @@ class CombineWithinBundle(beam.DoFn):
         self._partials = {}
 
 
+class KeyProgress(NamedTuple):
+    """How far one query's windows have got (all in ms, None until known)."""
+
+    emitted_through: int | None = None
+    watermark: int | None = None
+    last_active: int | None = None
+    input_end: int | None = None
+
+
 class WindowCounter(beam.DoFn):
     """Per query: counts per fixed window, emitted when the watermark passes.
 
@@ -74,12 +91,14 @@ class WindowCounter(beam.DoFn):
       - `pending`: (window start, count) partials of windows not yet
         emitted, added by searches, and `compacted`: the same partials
         folded by earlier firings (`PendingWindows`);
-      - `emitted_through`: end of the last emitted window; searches of
-        windows ending by then are late;
-      - `watermark`: the key's view of the low watermark, the time of its
-        latest timer firing, which decides whether a late search is still
-        within the allowed lateness. Both are kept for the key's lifetime;
-      - `last_active`: start of the latest window that had searches;
+      - `progress` (`KeyProgress`, one cell so that a firing reads and
+        writes it once): `emitted_through`, the end of the last emitted
+        window, searches of windows ending by then being late; `watermark`,
+        the key's view of the low watermark (its latest timer firing), which
+        decides whether a late search is still within the allowed lateness;
+        `last_active`, the start of the latest window that had searches; and
+        `input_end`, where a bounded input's data stops. Kept for the key's
+        lifetime;
       - `retained`: counts of emitted windows still open to corrections
         (policy `correct` only), dropped once past the allowed lateness.
 
@@ -93,10 +112,10 @@ class WindowCounter(beam.DoFn):
 
     PENDING = BagStateSpec("pending", TupleCoder((VarIntCoder(), VarIntCoder())))
     COMPACTED = ReadModifyWriteStateSpec("compacted", BytesCoder())
-    EMITTED_THROUGH = ReadModifyWriteStateSpec("emitted_through", VarIntCoder())
-    WATERMARK = ReadModifyWriteStateSpec("watermark", VarIntCoder())
-    LAST_ACTIVE = ReadModifyWriteStateSpec("last_active", VarIntCoder())
-    INPUT_END = ReadModifyWriteStateSpec("input_end", VarIntCoder())
+    PROGRESS = ReadModifyWriteStateSpec(
+        "progress",
+        TupleCoder([NullableCoder(VarIntCoder())] * len(KeyProgress._fields)),
+    )
     RETAINED = ReadModifyWriteStateSpec(
         "retained",
         MapCoder(VarIntCoder(), TupleCoder((VarIntCoder(), VarIntCoder()))),
@@ -115,22 +134,21 @@ class WindowCounter(beam.DoFn):
         self,
         element,
         pending=beam.DoFn.StateParam(PENDING),
-        emitted_through=beam.DoFn.StateParam(EMITTED_THROUGH),
-        key_watermark=beam.DoFn.StateParam(WATERMARK),
+        progress=beam.DoFn.StateParam(PROGRESS),
         retained=beam.DoFn.StateParam(RETAINED),
         window_end_timer=beam.DoFn.TimerParam(WINDOW_END),
-        input_end_state=beam.DoFn.StateParam(INPUT_END),
     ):
         key, search = element
+        known = _progress(progress)
         if search.count == 0:
             # The end-of-input punctuation of a bounded input (see
             # CountWindows): no search, just where the data stops.
-            input_end_state.write(search.event_time)
+            progress.write(known._replace(input_end=search.event_time))
             return
         size = self._params.size_ms
         start = window_start(search.event_time, size)
         lateness = self._params.late_data.classify(
-            start + size, emitted_through.read(), key_watermark.read() or 0
+            start + size, known.emitted_through, known.watermark or 0
         )
         if lateness is Lateness.ON_TIME:
             pending.add((start, search.count))
@@ -159,17 +177,15 @@ class WindowCounter(beam.DoFn):
         tag=beam.DoFn.DynamicTimerTagParam,
         pending=beam.DoFn.StateParam(PENDING),
         compacted=beam.DoFn.StateParam(COMPACTED),
-        emitted_through=beam.DoFn.StateParam(EMITTED_THROUGH),
-        key_watermark=beam.DoFn.StateParam(WATERMARK),
-        last_active=beam.DoFn.StateParam(LAST_ACTIVE),
+        progress=beam.DoFn.StateParam(PROGRESS),
         retained=beam.DoFn.StateParam(RETAINED),
         window_end_timer=beam.DoFn.TimerParam(WINDOW_END),
         gc_timer=beam.DoFn.TimerParam(GC),
-        input_end_state=beam.DoFn.StateParam(INPUT_END),
     ):
         size = self._params.size_ms
         fire_end = int(tag) + size
-        emitted = emitted_through.read()
+        known = _progress(progress)
+        emitted = known.emitted_through
         if emitted is not None and fire_end <= emitted:
             # Already emitted by an earlier firing: each window goes out once,
             # even if a runner delivers a re-set timer twice.
@@ -178,8 +194,8 @@ class WindowCounter(beam.DoFn):
         partials = list(pending.read())
         windows.add(partials)
         counts = windows.take_through(fire_end - size)
-        active = last_active.read()
-        input_end = input_end_state.read()
+        active = known.last_active
+        input_end = known.input_end
         # The watermark is past fire_end, so every window ending by then is
         # complete, whichever of their timers happened to fire first.
         previous = None if emitted is None else emitted - size
@@ -197,11 +213,15 @@ class WindowCounter(beam.DoFn):
                 window.previous_window_start = previous
             previous = start
             yield key, window
-        last_active.write(active)
-        if previous is not None:
-            # The chain downstream links each window to the last one emitted.
-            emitted_through.write(previous + size)
-        key_watermark.write(max(key_watermark.read() or fire_end, fire_end))
+        progress.write(
+            KeyProgress(
+                # The chain downstream links each window to the last emitted.
+                emitted_through=emitted if previous is None else previous + size,
+                watermark=max(known.watermark or fire_end, fire_end),
+                last_active=active,
+                input_end=input_end,
+            )
+        )
         # Windows of the due range that were not emitted stay pending.
         windows.add(counts.items())
         if partials:
@@ -261,14 +281,16 @@ class WindowCounter(beam.DoFn):
         self,
         timestamp=beam.DoFn.TimestampParam,
         retained=beam.DoFn.StateParam(RETAINED),
-        key_watermark=beam.DoFn.StateParam(WATERMARK),
+        progress=beam.DoFn.StateParam(PROGRESS),
     ):
         # Re-armed at every emission, so it fires once the key has been quiet
         # for the allowed lateness: nothing retained can be corrected any
         # more, and the key's watermark moves up so that searches for those
         # windows are now classified as too late.
         retained.clear()
-        key_watermark.write(max(key_watermark.read() or 0, to_millis(timestamp)))
+        known = _progress(progress)
+        watermark = max(known.watermark or 0, to_millis(timestamp))
+        progress.write(known._replace(watermark=watermark))
 
     def _window_count(self, key, start, count, revision):
         return WindowCount(
@@ -278,6 +300,11 @@ class WindowCounter(beam.DoFn):
             count=count,
             revision=revision,
         )
+
+
+def _progress(state) -> KeyProgress:
+    stored = state.read()
+    return KeyProgress(*stored) if stored is not None else KeyProgress()
 
 
 def _latest(event_times) -> int:
