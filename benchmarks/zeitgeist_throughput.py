@@ -13,9 +13,10 @@ FILE --output DIR --write_window_counts` builds: read, parse, event time,
 `Zeitgeist`, JSON Lines sinks. Unknown flags go to Beam, as with the CLI.
 
 Each run is a fresh subprocess, so that its peak RSS is the pipeline's alone
-(the parent holds the generated arrays), and is timed from `run()` to
-`wait_until_finish()`: interpreter start-up and pipeline construction are
-fixed costs, not throughput.
+(the parent holds the generated arrays): the subprocess reports its own
+high-water mark (VmHWM), not the workers a multi-process runner starts. Each
+run is timed from `run()` to `wait_until_finish()`: interpreter start-up and
+pipeline construction are fixed costs, not throughput.
 
 The baseline, measured in the same run on the same generated arrays, is the
 floor for this job: counting searches per (query, window) with
@@ -26,7 +27,7 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import resource
+import re
 import statistics
 import subprocess
 import sys
@@ -119,8 +120,24 @@ def run_pipeline(source: str, output: pathlib.Path, argv: Sequence[str]) -> floa
     return time.perf_counter() - started
 
 
-def time_pipeline(source: pathlib.Path, output: pathlib.Path, argv: list[str]) -> float:
-    """One run in a fresh interpreter; its output goes to `output`."""
+def own_peak_rss() -> int:
+    """Peak RSS in bytes of this process alone (VmHWM in /proc/self/status).
+
+    Not the parent's `ru_maxrss` of its children: Linux counts the forked
+    copy of the parent's memory into a child's maximum, so every run would
+    report at least the parent's size at the fork, generated arrays included.
+    """
+    status = pathlib.Path("/proc/self/status").read_text()
+    kib = re.search(r"^VmHWM:\s*(\d+) kB$", status, re.MULTILINE)
+    if kib is None:
+        raise RuntimeError("no VmHWM in /proc/self/status")
+    return int(kib.group(1)) * 1024
+
+
+def time_pipeline(
+    source: pathlib.Path, output: pathlib.Path, argv: list[str]
+) -> tuple[float, int]:
+    """One run in a fresh interpreter, output to `output`: seconds, peak RSS."""
     done = subprocess.run(
         [sys.executable, __file__, _CHILD, str(source), str(output), *argv],
         capture_output=True,
@@ -128,7 +145,8 @@ def time_pipeline(source: pathlib.Path, output: pathlib.Path, argv: list[str]) -
     )
     if done.returncode != 0:
         sys.exit(f"pipeline run failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.splitlines()[-1])["seconds"]
+    figures = json.loads(done.stdout.splitlines()[-1])
+    return figures["seconds"], figures["peak_rss"]
 
 
 def check_counts(
@@ -159,6 +177,7 @@ def check_counts(
 def report(
     stream: GeneratedStream,
     pipeline_s: list[float],
+    peak_rss: list[int],
     numpy_s: list[float],
     check: tuple[bool, int],
     argv: list[str],
@@ -167,10 +186,7 @@ def report(
     events = int(stream.count.sum())
     pipeline_rate = events / statistics.median(pipeline_s)
     numpy_rate = events / statistics.median(numpy_s)
-    # Linux reports ru_maxrss in KiB, of the largest single process among
-    # the finished children and the descendants they waited for: workers of
-    # a multi-process runner are not summed.
-    rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    rss_mib = max(peak_rss) / (1 << 20)
     ok, windows = check
     runs = ", ".join(f"{s:.1f}" for s in pipeline_s)
     spec = stream.spec
@@ -183,7 +199,7 @@ def report(
             f"numpy     {numpy_rate:>14,.0f} events/s  "
             f"median {statistics.median(numpy_s) * 1000:.1f} ms",
             f"ratio     {pipeline_rate / numpy_rate:.2e}  (pipeline / numpy)",
-            f"peak RSS  {rss_mib:,.0f} MiB  (largest pipeline process)",
+            f"peak RSS  {rss_mib:,.0f} MiB  (pipeline process alone, largest run)",
             f"counts    {'OK' if ok else 'MISMATCH'}  ({windows:,} non-empty windows)",
         ]
     )
@@ -193,7 +209,8 @@ def main(argv: Sequence[str]) -> int:
     """Run the benchmark (or, in the subprocess, one pipeline); exit status."""
     if argv[:1] == [_CHILD]:
         source, output, *rest = argv[1:]
-        print(json.dumps({"seconds": run_pipeline(source, pathlib.Path(output), rest)}))
+        seconds = run_pipeline(source, pathlib.Path(output), rest)
+        print(json.dumps({"seconds": seconds, "peak_rss": own_peak_rss()}))
         return 0
     args, beam_args = parse_args(argv)
     child_argv = [f"--window_seconds={args.window_seconds}", *beam_args]
@@ -205,10 +222,12 @@ def main(argv: Sequence[str]) -> int:
         source = pathlib.Path(tmp) / "searches.parquet"
         stream.write_parquet(source)
         outputs = [pathlib.Path(tmp) / f"run{i}" for i in range(args.repeats)]
-        pipeline_s = [time_pipeline(source, out, child_argv) for out in outputs]
+        runs = [time_pipeline(source, out, child_argv) for out in outputs]
         checks = [check_counts(out, stream, counts) for out in outputs]
     check = (all(ok for ok, _ in checks), checks[0][1])
-    print(report(stream, pipeline_s, numpy_s, check, beam_args))
+    pipeline_s = [seconds for seconds, _ in runs]
+    peak_rss = [peak for _, peak in runs]
+    print(report(stream, pipeline_s, peak_rss, numpy_s, check, beam_args))
     return 0 if check[0] else 1
 
 

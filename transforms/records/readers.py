@@ -31,7 +31,7 @@ import base64
 import json
 import zlib
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import apache_beam as beam
 import pyarrow as pa
@@ -205,8 +205,16 @@ def _split(fn: beam.DoFn, record_type: type[Message]) -> beam.PTransform:
     )
 
 
-class ReadSearchQueries(ReadRecords):
-    """`ReadRecords` of `SearchQuery` with `parse_search_query`."""
+class _ReadOneType(ReadRecords):
+    """`ReadRecords` with the parser and message type fixed by a subclass.
+
+    The one constructor of every typed reader: a subclass names its parser
+    and message type as class attributes, and callers pass only the file
+    arguments.
+    """
+
+    _PARSER: ClassVar[Parser]
+    _RECORD_TYPE: ClassVar[type[Message]]
 
     def __init__(
         self,
@@ -215,36 +223,29 @@ class ReadSearchQueries(ReadRecords):
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         super().__init__(
-            file_pattern, parse_search_query, SearchQuery, format, max_line_bytes
+            file_pattern, self._PARSER, self._RECORD_TYPE, format, max_line_bytes
         )
 
 
-class ReadQueryEvents(ReadRecords):
+class ReadSearchQueries(_ReadOneType):
+    """`ReadRecords` of Zeitgeist `SearchQuery` with `parse_search_query`."""
+
+    _PARSER = staticmethod(parse_search_query)
+    _RECORD_TYPE = SearchQuery
+
+
+class ReadQueryEvents(_ReadOneType):
     """`ReadRecords` of Photon `QueryEvent` with `parse_query_event`."""
 
-    def __init__(
-        self,
-        file_pattern: str,
-        format: str | None = None,
-        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-    ) -> None:
-        super().__init__(
-            file_pattern, parse_query_event, QueryEvent, format, max_line_bytes
-        )
+    _PARSER = staticmethod(parse_query_event)
+    _RECORD_TYPE = QueryEvent
 
 
-class ReadClickEvents(ReadRecords):
+class ReadClickEvents(_ReadOneType):
     """`ReadRecords` of Photon `ClickEvent` with `parse_click_event`."""
 
-    def __init__(
-        self,
-        file_pattern: str,
-        format: str | None = None,
-        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-    ) -> None:
-        super().__init__(
-            file_pattern, parse_click_event, ClickEvent, format, max_line_bytes
-        )
+    _PARSER = staticmethod(parse_click_event)
+    _RECORD_TYPE = ClickEvent
 
 
 class _ParseFn(beam.DoFn):
