@@ -11,13 +11,19 @@ until they finish, and the task's user metrics go to the job's accumulator.
 from __future__ import annotations
 
 import itertools
+import threading
 import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
-from apache_beam.runners.worker import data_plane, sdk_worker, statecache
+from apache_beam.runners.worker import (
+    data_plane,
+    sdk_worker,
+    statecache,
+    statesampler,
+)
 
 from runners.spark.components import context_from_bytes
 from runners.spark.errors import StageFailure
@@ -30,6 +36,38 @@ from runners.spark.watermark import BatchWatermark
 MAX_TIMER_ROUNDS = 1_000_000
 
 
+class UntimedStateSampler(statesampler.StateSampler):
+    """Beam's state sampler without its sampling thread.
+
+    The SDK starts a thread per bundle to sample which transform is running,
+    and joins it when the bundle ends, waiting out its current sleep. That
+    costs a few milliseconds per bundle, and a stateful stage runs one
+    bundle per timer round: hundreds per task. What the thread measures is
+    per-transform execution time, which this runner does not report.
+    """
+
+    def start(self) -> None:
+        self.tracked_thread = threading.current_thread()
+        statesampler.set_current_tracker(self)
+        self.started = True
+
+    def stop(self) -> None:
+        statesampler.set_current_tracker(None)
+        self.finished = True
+
+
+class _ProcessorCache(sdk_worker.BundleProcessorCache):
+    """Hands out bundle processors whose state sampler runs no thread."""
+
+    def get(self, instruction_id: str, bundle_descriptor_id: str) -> Any:
+        processor = super().get(instruction_id, bundle_descriptor_id)
+        # The sampler's operations hold it by reference, so its class is
+        # changed in place (same layout: both are Python subclasses of the
+        # SDK's compiled sampler).
+        processor.state_sampler.__class__ = UntimedStateSampler
+        return processor
+
+
 class InProcessHarness:
     """Beam's SdkWorker with in-memory control, data and state planes.
 
@@ -37,7 +75,8 @@ class InProcessHarness:
     is off: it weighs every cached value with objsize, which walks all loaded
     modules and cost milliseconds per state write here, far more than
     reading Beam's in-memory state servicer again. (Side inputs are still
-    cached per bundle by the SDK's side-input maps.)
+    cached per bundle by the SDK's side-input maps.) Nor does its state
+    sampler run a thread (``UntimedStateSampler``).
     """
 
     def __init__(
@@ -45,7 +84,7 @@ class InProcessHarness:
     ) -> None:
         self.data_conn = data_plane.InMemoryDataChannel()
         state = sdk_worker.GlobalCachingStateHandler(statecache.StateCache(0), servicer)
-        self._processors = sdk_worker.BundleProcessorCache(
+        self._processors = _ProcessorCache(
             worker_handlers.FNAPI_RUNNER_CAPABILITIES,
             worker_handlers.SingletonStateHandlerFactory(state),
             data_plane.InMemoryDataChannelFactory(self.data_conn.inverse()),
