@@ -44,6 +44,7 @@ from transforms.photon import (
     BigtableTarget,
     JoinParams,
     PhotonJoin,
+    RegistryLayout,
     RegistryParams,
 )
 from transforms.records.photon_pb2 import JoinedClick, UnjoinableClick
@@ -119,6 +120,8 @@ def join_params(config: config_loader.Config) -> JoinParams:
     return JoinParams(
         max_wait_ms=int(join["max_wait_seconds"] * 1000),
         query_ttl_ms=int(join["query_ttl_seconds"] * 1000),
+        shards=int(join["shards"]),
+        timer_slot_ms=int(join["timer_slot_seconds"] * 1000),
     )
 
 
@@ -132,6 +135,10 @@ def registry_params(
         now_ms=None if now_ms is None else int(now_ms),
         max_batch=int(registry["max_batch"]),
         max_in_flight=int(registry["max_in_flight"]),
+        layout=RegistryLayout(
+            buckets=int(registry["buckets"]),
+            slice_ms=int(registry["slice_minutes"] * 60_000),
+        ),
         fail_after_register_fraction=fail_after_register_fraction,
     )
 

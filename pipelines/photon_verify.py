@@ -29,7 +29,13 @@ from pipelines import console, photon
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import format_table
-from transforms.photon import JOINED, BigtableTarget, IdRegistry, PhotonJoin
+from transforms.photon import (
+    JOINED,
+    BigtableTarget,
+    ClickRef,
+    IdRegistry,
+    PhotonJoin,
+)
 from transforms.photon.verification import Findings, find_lost, release_lost
 from transforms.records.file_reader import FileReader
 from transforms.records.parse import parse_click_event
@@ -119,7 +125,7 @@ class _OnlyReleased(beam.PTransform):
 
 
 def report(findings: Findings, token: str, rejoined: int | None) -> str:
-    shown = ", ".join(list(findings.lost)[:10])
+    shown = ", ".join(click.click_id for click in list(findings.lost)[:10])
     more = "" if len(findings.lost) <= 10 else f" (+{len(findings.lost) - 10})"
     rows = [
         ("clicks in the log", findings.logged),
@@ -150,9 +156,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         project, instance, tables["registry_table"], tables["events_table"]
     )
     params = photon.registry_params(config)
-    registry = IdRegistry(target, params.gc_days)
+    registry = IdRegistry(target, params.gc_days, layout=params.layout)
     try:
-        logged = {c.click_id for c in logged_clicks(args.clicks, args.input_format)}
+        logged = [
+            ClickRef(c.click_id, c.event_time)
+            for c in logged_clicks(args.clicks, args.input_format)
+        ]
         findings = find_lost(logged, output_ids(args.joined), registry)
         if not args.dry_run:
             release_lost(findings, registry)

@@ -1,54 +1,154 @@
-"""The id registry's conditional inserts, batching, release and GC horizon."""
+"""The id registry: batched conditional inserts per row, release, GC horizon."""
+
+import threading
 
 import pytest
 
-from tests.photon.joining import DAY, target_of
+from tests.photon.joining import DAY, MINUTE, T0, target_of
 from transforms.millwheel.bigtable_tables import ID_REGISTRY_FAMILY
-from transforms.photon import IdRegistry, Outcome, older_than_horizon
+from transforms.photon import (
+    ClickRef,
+    IdRegistry,
+    Outcome,
+    RegistryLayout,
+    older_than_horizon,
+)
 from transforms.photon.id_registry import row_key
+
+LAYOUT = RegistryLayout(buckets=4, slice_ms=10 * MINUTE)
+
+
+def clicks(prefix, n, start=T0):
+    """``n`` clicks a second apart: several per registry row."""
+    return [ClickRef(f"{prefix}{i}", start + i * 1000) for i in range(n)]
 
 
 @pytest.fixture
 def registry(bigtable_instance):
-    registry = IdRegistry(target_of(bigtable_instance), gc_days=3, max_in_flight=8)
+    registry = IdRegistry(
+        target_of(bigtable_instance), gc_days=3, layout=LAYOUT, max_in_flight=8
+    )
     yield registry
     registry.close()
 
 
+def registry_rows(bigtable_instance):
+    table = bigtable_instance.instance().table("id_registry")
+    return {row.row_key: row for row in table.read_rows()}
+
+
 def test_first_token_wins_and_retries_with_it_are_idempotent(registry):
-    assert registry.register("c1", "A") is Outcome.REGISTERED
-    assert registry.register("c1", "A") is Outcome.ALREADY_MINE
-    assert registry.register("c1", "B") is Outcome.DUPLICATE
-    assert registry.owners(["c1", "c2"]) == {"c1": "A"}
+    c1, c2 = clicks("c", 2)
+    assert registry.register(c1, "A") is Outcome.REGISTERED
+    assert registry.register(c1, "A") is Outcome.ALREADY_MINE
+    assert registry.register(c1, "B") is Outcome.DUPLICATE
+    assert registry.owners([c1, c2]) == {"c0": "A"}
 
 
-def test_batched_registration_answers_each_id_in_order(registry):
-    registry.register_many(["b1", "b3"], "B")
-    ids = [f"c{i}" for i in range(40)] + ["b1", "b3"]
-    outcomes = registry.register_many(ids, "A")
-    assert outcomes == [Outcome.REGISTERED] * 40 + [Outcome.DUPLICATE] * 2
+def test_a_batch_is_one_row_per_bucket_and_slice_holding_many_ids(
+    registry, bigtable_instance
+):
+    batch = clicks("c", 300)  # five minutes: one slice
+    assert registry.register_many(batch, "A") == [Outcome.REGISTERED] * 300
+    rows = registry_rows(bigtable_instance)
+    assert len(rows) == LAYOUT.buckets
+    cells = {
+        qualifier.decode(): versions[0].value.decode()
+        for row in rows.values()
+        for qualifier, versions in row.cells[ID_REGISTRY_FAMILY].items()
+    }
+    assert cells == {click.click_id: "A" for click in batch}
+    # The row is a function of the click alone.
+    assert {row_key(click, LAYOUT) for click in batch} == set(rows)
+
+
+def test_a_mixed_batch_settles_each_id_by_its_holder(registry):
+    mine, theirs, new = clicks("m", 30), clicks("t", 30), clicks("n", 30)
+    registry.register_many(mine, "A")
+    registry.register_many(theirs, "B")
+    # Interleaved, so every row of the batch mixes the three kinds.
+    batch = [c for triple in zip(mine, theirs, new, strict=True) for c in triple]
+    outcomes = registry.register_many(batch, "A")
+    expected = [Outcome.ALREADY_MINE, Outcome.DUPLICATE, Outcome.REGISTERED] * 30
+    assert outcomes == expected
+    owners = registry.owners(batch)
+    assert owners == {
+        **{c.click_id: "A" for c in mine + new},
+        **{c.click_id: "B" for c in theirs},
+    }
     # A retry of the whole batch (a retried bundle) changes nothing.
-    again = registry.register_many(ids, "A")
-    assert again == [Outcome.ALREADY_MINE] * 40 + [Outcome.DUPLICATE] * 2
-    assert set(registry.owners(ids).values()) == {"A", "B"}
+    again = registry.register_many(batch, "A")
+    assert again == [Outcome.ALREADY_MINE, Outcome.DUPLICATE, Outcome.ALREADY_MINE] * 30
+
+
+def test_concurrent_overlapping_batches_give_each_id_one_owner(bigtable_instance):
+    target = target_of(bigtable_instance)
+    everything = clicks("c", 600)
+    # Each token registers two thirds, overlapping on the middle third, in
+    # batches of 50 from opposite ends so that they collide mid-way.
+    for_token = {"A": everything[:400], "B": everything[200:][::-1]}
+    outcomes: dict[str, dict[str, Outcome]] = {}
+
+    def run(token):
+        registry = IdRegistry(target, gc_days=3, layout=LAYOUT, max_in_flight=4)
+        try:
+            mine = for_token[token]
+            got = {}
+            for start in range(0, len(mine), 50):
+                batch = mine[start : start + 50]
+                answers = registry.register_many(batch, token)
+                got.update(zip((c.click_id for c in batch), answers, strict=True))
+            outcomes[token] = got
+        finally:
+            registry.close()
+
+    threads = [threading.Thread(target=run, args=(token,)) for token in "AB"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    registry = IdRegistry(target, gc_days=3, layout=LAYOUT)
+    try:
+        owners = registry.owners(everything)
+    finally:
+        registry.close()
+    assert set(owners) == {c.click_id for c in everything}
+    for click in everything:
+        winners = [
+            token
+            for token, got in outcomes.items()
+            if got.get(click.click_id) is Outcome.REGISTERED
+        ]
+        # Exactly one token won it, the registry says so, and the other
+        # (if it tried) was told it is a duplicate.
+        assert winners == [owners[click.click_id]]
+        for token, got in outcomes.items():
+            if token != winners[0] and click.click_id in got:
+                assert got[click.click_id] is Outcome.DUPLICATE
 
 
 def test_release_only_frees_an_id_held_by_the_given_token(registry):
-    registry.register("c1", "A")
-    assert registry.release("c1", "B") is False
-    assert registry.owners(["c1"]) == {"c1": "A"}
-    assert registry.release("c1", "A") is True
-    assert registry.owners(["c1"]) == {}
-    assert registry.register("c1", "B") is Outcome.REGISTERED
+    c1, c2 = clicks("c", 2)
+    registry.register_many([c1, c2], "A")
+    assert registry.release(c1, "B") is False
+    assert registry.owners([c1]) == {"c0": "A"}
+    assert registry.release(c1, "A") is True
+    # Only that id: its row neighbour stays registered.
+    assert registry.owners([c1, c2]) == {"c1": "A"}
+    assert registry.register(c1, "B") is Outcome.REGISTERED
 
 
-def test_rows_are_hash_prefixed_and_the_table_has_the_gc_rule(
+def test_rows_are_hash_prefixed_by_bucket_and_slice_and_have_the_gc_rule(
     registry, bigtable_instance
 ):
-    keys = [row_key(f"click-{i:05d}") for i in range(100)]
-    assert all(key.endswith(f"#click-{i:05d}".encode()) for i, key in enumerate(keys))
-    # Sequential ids land all over the key space, not on one tablet.
+    layout = RegistryLayout(buckets=64, slice_ms=DAY)
+    keys = {row_key(ClickRef(f"click-{i:05d}", T0), layout) for i in range(1000)}
+    assert len(keys) == 64
+    # Rows of one slice land all over the key space, not on one tablet.
     assert len({key[:1] for key in keys}) > 8
+    tomorrow = row_key(ClickRef("click-00000", T0 + DAY), layout)
+    assert tomorrow not in keys
     table = bigtable_instance.instance().table("id_registry")
     rule = table.list_column_families()[ID_REGISTRY_FAMILY].gc_rule
     assert rule.max_age.days == 3

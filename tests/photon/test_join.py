@@ -222,3 +222,35 @@ def test_unusable_events_go_to_dead_letters(bigtable_instance):
             ],
             "Dead",
         )
+
+
+def test_query_ids_sharing_a_shard_keep_their_own_state_and_ttl(bigtable_instance):
+    # One shard for everything: q1's state expires while q2's, in the same
+    # shard, is still live.
+    one_shard = JoinParams(max_wait_ms=MAX_WAIT, query_ttl_ms=TTL, shards=1)
+    store = EventStore(target_of(bigtable_instance))
+    try:
+        store.put_many([query("q1", T0 + 1, query_text="stored copy")])
+    finally:
+        store.close()
+    after_q1_ttl = T0 + TTL + MINUTE
+    script = (
+        Script()
+        .add(
+            query("q1", T0, query_text="streamed copy"),
+            query("q2", T0 + 25 * MINUTE, query_text="streamed copy"),
+        )
+        .advance(after_q1_ttl)  # q1's entry is collected, q2's is not
+        .add(click("c1", "q1", after_q1_ttl), click("c2", "q2", after_q1_ttl))
+        .advance(after_q1_ttl + 2 * MAX_WAIT)
+    )
+    with pipeline(streaming=True) as p:
+        out = join(
+            p, script, target_of(bigtable_instance), join=one_shard, registry=REGISTRY
+        )
+        expect(
+            out[JOINED],
+            lambda j: (j.click.click_id, j.query.query_id, j.query.query_text),
+            [("c1", "q1", "stored copy"), ("c2", "q2", "streamed copy")],
+            "Joined",
+        )

@@ -14,9 +14,19 @@ from transforms.photon.composite import (
     PhotonJoin,
 )
 from transforms.photon.event_store import EventStore, WriteToEventStore
-from transforms.photon.id_registry import IdRegistry, Outcome, older_than_horizon
+from transforms.photon.id_registry import (
+    ClickRef,
+    IdRegistry,
+    Outcome,
+    older_than_horizon,
+)
 from transforms.photon.joiner import Joiner
-from transforms.photon.params import BigtableTarget, JoinParams, RegistryParams
+from transforms.photon.params import (
+    BigtableTarget,
+    JoinParams,
+    RegistryLayout,
+    RegistryParams,
+)
 from transforms.photon.registration import RegisterJoins
 
 __all__ = [
@@ -26,6 +36,7 @@ __all__ = [
     "UNJOINABLE",
     "WASTED",
     "BigtableTarget",
+    "ClickRef",
     "EventStore",
     "IdRegistry",
     "JoinParams",
@@ -33,6 +44,7 @@ __all__ = [
     "Outcome",
     "PhotonJoin",
     "RegisterJoins",
+    "RegistryLayout",
     "RegistryParams",
     "WriteToEventStore",
     "older_than_horizon",

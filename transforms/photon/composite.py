@@ -5,10 +5,10 @@ The flow of the Photon paper, as Beam steps:
 1. ``ValidateQueries`` / ``ValidateClicks``: events without the ids or the
    event time the join needs go to ``dead_letters``.
 2. ``StoreQueries``: every valid query is written to the event store.
-3. ``Join``: the tagged union of both streams, keyed by query id, through
-   the ``Joiner`` (state: query, pending clicks, seen click ids; timers:
-   ``max_wait`` deadlines and a TTL GC). Clicks whose query never comes go to
-   ``unjoinable``.
+3. ``Join``: the tagged union of both streams, keyed by a shard of the
+   query id, through the ``Joiner`` (state per query id: query, pending
+   clicks, seen click ids; timers: ``max_wait`` deadlines and a TTL GC).
+   Clicks whose query never comes go to ``unjoinable``.
 4. ``Register``: each candidate must win its click id in the id registry
    under this pipeline's token before it is output as ``joined``; a click
    another pipeline holds is ``wasted``; one older than the registry's GC
@@ -24,7 +24,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.photon.event_store import WriteToEventStore
-from transforms.photon.joiner import UNJOINABLE, Joiner
+from transforms.photon.joiner import UNJOINABLE, Joiner, shard_of
 from transforms.photon.params import BigtableTarget, JoinParams, RegistryParams
 from transforms.photon.registration import WASTED, RegisterJoins
 from transforms.photon.validation import DEAD_LETTERS, ValidateEvents
@@ -42,12 +42,12 @@ JOINED = "joined"
 OUTPUTS = (JOINED, UNJOINABLE, WASTED, DEAD_LETTERS)
 
 
-def _keyed_query(query: QueryEvent) -> tuple[str, JoinerEvent]:
-    return query.query_id, JoinerEvent(query=query)
+def _keyed_query(query: QueryEvent, shards: int) -> tuple[int, JoinerEvent]:
+    return shard_of(query.query_id, shards), JoinerEvent(query=query)
 
 
-def _keyed_click(click: ClickEvent) -> tuple[str, JoinerEvent]:
-    return click.query_id, JoinerEvent(click=click)
+def _keyed_click(click: ClickEvent, shards: int) -> tuple[int, JoinerEvent]:
+    return shard_of(click.query_id, shards), JoinerEvent(click=click)
 
 
 class PhotonJoin(beam.PTransform):
@@ -85,13 +85,18 @@ class PhotonJoin(beam.PTransform):
         _ = valid_queries.valid | "StoreQueries" >> beam.ParDo(
             WriteToEventStore(self._target, self._registry.max_batch)
         )
+        shards = self._join.shards
         keyed = (
             valid_queries.valid
             | "KeyQueries"
-            >> beam.Map(_keyed_query).with_output_types(tuple[str, JoinerEvent]),
+            >> beam.Map(_keyed_query, shards).with_output_types(
+                tuple[int, JoinerEvent]
+            ),
             valid_clicks.valid
             | "KeyClicks"
-            >> beam.Map(_keyed_click).with_output_types(tuple[str, JoinerEvent]),
+            >> beam.Map(_keyed_click, shards).with_output_types(
+                tuple[int, JoinerEvent]
+            ),
         ) | "Union" >> beam.Flatten()
         joined = keyed | "Join" >> beam.ParDo(
             Joiner(self._target, self._join)

@@ -2,40 +2,49 @@
 
 Photon's central guarantee is that a click is joined at most once across
 every pipeline ("datacenter") joining the same logs. Before a joined click is
-output, its id is registered in a Bigtable table shared by all pipelines:
+output, its id is registered in a Bigtable table shared by all pipelines.
 
-- ``register(click_id, token)`` inserts the row ``click_id -> token`` if the
-  row is absent, with one ``CheckAndMutateRow`` (predicate "a token cell
-  exists", mutation only in the false case), so two pipelines racing for
-  one click cannot both win.
-- If the row exists with the same token, the registration succeeds again
-  (``ALREADY_MINE``): a retried bundle, or a retried RPC whose first answer
-  was lost, is idempotent.
-- If it exists with another token, the click was joined elsewhere
-  (``DUPLICATE``): the caller drops its copy and counts a wasted join.
+Layout (``RegistryLayout``): a row holds many clicks, those of one hash
+bucket of the click id and one slice of the click's event time; the column
+qualifier is the click id and the cell value the registering token. The row
+is a function of the click alone, so every pipeline registers a click in the
+same cell.
 
-Row keys carry a hash prefix (``deterministic_row_key``), so sequential
-click ids spread across tablets. Registrations are batched: ``register_many``
-keeps up to ``max_in_flight`` conditional inserts in flight (see
-``bigtable_rpc``), then reads the owners of the rows that already existed in
-one ``ReadRows``.
+Registering a batch (``register_many``), as Photon's IdRegistry batches many
+registrations into one transaction:
+
+- the batch is grouped by row, and each row gets one ``CheckAndMutateRow``
+  whose predicate matches if any of the group's columns exists and whose
+  false branch sets all of them. Bigtable applies it atomically on the row,
+  so two pipelines racing for a click cannot both win it;
+- a row whose predicate did not match: every id of the group is
+  ``REGISTERED``;
+- a row whose predicate matched: the group's columns are read. An id held
+  by the same token is ``ALREADY_MINE`` (a retried bundle or a retried RPC
+  is idempotent), one held by another token is ``DUPLICATE`` (the caller
+  drops its copy and counts a wasted join), and the rest are sent again the
+  same way, for a bounded number of rounds.
+
+One id alone (``register``) is the same write with a one-column predicate.
 
 Garbage collection is Bigtable's (``id_registry_table(gc_days)``: cells older
-than N days go). Cells carry the wall-clock time of registration, so an entry
-lives at least N days past its click's event time; clicks older than that
-horizon must be rejected before registering (``older_than_horizon``), since
-their earlier registration may be gone.
+than N days go), cell by cell. Cells carry the wall-clock time of
+registration, so an entry lives at least N days past its click's event time;
+clicks older than that horizon must be rejected before registering
+(``older_than_horizon``), since their earlier registration may be gone.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import time
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from google.cloud.bigtable.data import (
     BigtableDataClient,
-    DeleteAllFromRow,
+    DeleteRangeFromColumn,
     ReadRowsQuery,
 )
 from google.cloud.bigtable.data import row_filters as rf
@@ -53,11 +62,13 @@ from transforms.photon.bigtable_rpc import (
     RowFilterPb,
     open_channel,
 )
-from transforms.photon.params import DAY_MS, BigtableTarget
+from transforms.photon.params import DAY_MS, BigtableTarget, RegistryLayout
 
-TOKEN_COLUMN = b"token"
-_READ_CHUNK = 1000
-_MAX_ROUNDS = 3
+_READ_CHUNK = 500
+_MAX_ROUNDS = 10
+# Ids per conditional write: bounds the size of one request's predicate (a
+# union of exact columns, narrowed first to the range the sorted ids span).
+COLUMNS_PER_WRITE = 128
 
 
 class Outcome(enum.Enum):
@@ -72,9 +83,20 @@ class Outcome(enum.Enum):
         return self is not Outcome.DUPLICATE
 
 
-def row_key(click_id: str) -> bytes:
-    """The registry row of ``click_id``: hash prefix, then the id."""
-    return deterministic_row_key(click_id)
+class ClickRef(NamedTuple):
+    """What the registry needs of a click: its id and its event time, which
+    together choose the registry row."""
+
+    click_id: str
+    event_time_ms: int
+
+
+def row_key(click: ClickRef, layout: RegistryLayout) -> bytes:
+    """The registry row of ``click``: its id's hash bucket and its time slice,
+    behind a hash prefix so that one slice's rows spread across tablets."""
+    digest = hashlib.blake2b(click.click_id.encode(), digest_size=8).digest()
+    bucket = int.from_bytes(digest, "big") % layout.buckets
+    return deterministic_row_key(bucket, click.event_time_ms // layout.slice_ms)
 
 
 def older_than_horizon(event_time_ms: int, now_ms: int, gc_days: int) -> str | None:
@@ -89,6 +111,10 @@ def older_than_horizon(event_time_ms: int, now_ms: int, gc_days: int) -> str | N
     )
 
 
+# Per row: column qualifier (click id) -> positions of that id in the batch.
+_Groups = dict[bytes, dict[bytes, list[int]]]
+
+
 class IdRegistry:
     """Registrations of click ids in ``target.registry_table``.
 
@@ -98,7 +124,13 @@ class IdRegistry:
     """
 
     def __init__(
-        self, target: BigtableTarget, gc_days: int, *, max_in_flight: int = 128
+        self,
+        target: BigtableTarget,
+        gc_days: int,
+        *,
+        layout: RegistryLayout = RegistryLayout(),
+        max_in_flight: int = 128,
+        columns_per_write: int = COLUMNS_PER_WRITE,
     ) -> None:
         ensure_table(
             target.project,
@@ -109,6 +141,8 @@ class IdRegistry:
             f"projects/{target.project}/instances/{target.instance_id}"
             f"/tables/{target.registry_table}"
         )
+        self._layout = layout
+        self._columns_per_write = columns_per_write
         self._channel = open_channel()
         self._writes = PipelinedCheckAndMutate(
             self._channel, table_name, max_in_flight=max_in_flight
@@ -120,113 +154,183 @@ class IdRegistry:
         self._client.close()
         self._channel.close()
 
-    def register(self, click_id: str, token: str) -> Outcome:
-        """Register one click id (one round trip; see ``register_many``)."""
-        return self.register_many([click_id], token)[0]
+    def register(self, click: ClickRef, token: str) -> Outcome:
+        """Register one click: one conditional write on its row."""
+        return self.register_many([click], token)[0]
 
-    def register_many(self, click_ids: Sequence[str], token: str) -> list[Outcome]:
-        """Register each id for ``token``; the outcomes, in order.
+    def register_many(self, clicks: Sequence[ClickRef], token: str) -> list[Outcome]:
+        """Register each click for ``token``; the outcomes, in order.
 
-        Ids should be distinct within one call. An id whose row vanishes
-        between the insert and the owner lookup (released or collected in
-        between) is registered again.
+        One conditional write per registry row the batch touches (see the
+        module docstring); a click listed twice gets the same outcome twice.
+        An id that is neither settled nor left free after ``_MAX_ROUNDS``
+        rounds (something keeps deleting registry cells) raises.
         """
-        outcomes: list[Outcome | None] = [None] * len(click_ids)
-        todo = list(range(len(click_ids)))
+        outcomes: list[Outcome | None] = [None] * len(clicks)
+        pending = self._group(clicks)
+        value = token.encode()
         for _ in range(_MAX_ROUNDS):
-            if not todo:
-                break
-            todo = self._register_round(click_ids, token, todo, outcomes)
-        if todo:
-            raise RuntimeError(
-                f"{len(todo)} registrations kept vanishing; is something "
-                "deleting registry rows concurrently?"
-            )
-        return outcomes  # type: ignore[return-value]
+            if not pending:
+                return outcomes  # type: ignore[return-value]
+            pending = self._register_round(pending, value, outcomes)
+        left = sum(len(ids) for ids in pending.values())
+        raise RuntimeError(
+            f"{left} registrations were still contested after {_MAX_ROUNDS} "
+            "rounds; is something deleting registry cells concurrently?"
+        )
+
+    def _group(self, clicks: Sequence[ClickRef]) -> _Groups:
+        groups: _Groups = {}
+        for i, click in enumerate(clicks):
+            columns = groups.setdefault(row_key(click, self._layout), {})
+            columns.setdefault(click.click_id.encode(), []).append(i)
+        return groups
 
     def _register_round(
-        self,
-        click_ids: Sequence[str],
-        token: str,
-        todo: list[int],
-        outcomes: list[Outcome | None],
-    ) -> list[int]:
-        value = token.encode()
-        inserts = [self._insert_if_absent(click_ids[i], value) for i in todo]
-        matched = self._writes.run(inserts)
-        existed = [i for i, hit in zip(todo, matched, strict=True) if hit]
-        for i in todo:
-            outcomes[i] = Outcome.REGISTERED
-        owners = self.owners(click_ids[i] for i in existed)
-        vanished = []
-        for i in existed:
-            owner = owners.get(click_ids[i])
-            if owner is None:
-                vanished.append(i)
-            else:
-                mine = owner == token
-                outcomes[i] = Outcome.ALREADY_MINE if mine else Outcome.DUPLICATE
-        return vanished
-
-    def _insert_if_absent(self, click_id: str, token: bytes) -> ConditionalWrite:
+        self, pending: _Groups, token: bytes, outcomes: list[Outcome | None]
+    ) -> _Groups:
+        """One conditional write per row (per chunk of a large row); settles
+        what it can and returns the groups to try again."""
         # Millisecond timestamps: Bigtable's default granularity.
         now_micros = time.time_ns() // 1_000_000 * 1000
-        mutation = MutationPb()
-        cell = mutation.set_cell
-        cell.family_name = ID_REGISTRY_FAMILY
-        cell.column_qualifier = TOKEN_COLUMN
-        cell.value = token
-        cell.timestamp_micros = now_micros
-        return ConditionalWrite(row_key(click_id), _TOKEN_CELL_PB, if_false=(mutation,))
+        chunks = [
+            (row, qualifiers[start : start + self._columns_per_write])
+            for row, columns in pending.items()
+            for qualifiers in [sorted(columns)]
+            for start in range(0, len(qualifiers), self._columns_per_write)
+        ]
+        writes = [
+            ConditionalWrite(
+                row,
+                _any_column_pb(qualifiers),
+                if_false=[_set_cell_pb(q, token, now_micros) for q in qualifiers],
+            )
+            for row, qualifiers in chunks
+        ]
+        contested: _Groups = {}
+        matched = self._writes.run(writes)
+        for (row, qualifiers), hit in zip(chunks, matched, strict=True):
+            for qualifier in qualifiers:
+                positions = pending[row][qualifier]
+                if hit:
+                    contested.setdefault(row, {})[qualifier] = positions
+                else:
+                    _settle(outcomes, positions, Outcome.REGISTERED)
+        holders = self._holders(contested)
+        retry: _Groups = {}
+        for row, columns in contested.items():
+            for qualifier, positions in columns.items():
+                holder = holders.get((row, qualifier))
+                if holder is None:  # free when read: try again
+                    retry.setdefault(row, {})[qualifier] = positions
+                elif holder == token:
+                    _settle(outcomes, positions, Outcome.ALREADY_MINE)
+                else:
+                    _settle(outcomes, positions, Outcome.DUPLICATE)
+        return retry
 
-    def owners(self, click_ids: Iterable[str]) -> dict[str, str]:
-        """The token each registered id is held by; unregistered ids are absent."""
-        by_key = {row_key(click_id): click_id for click_id in click_ids}
-        keys = list(by_key)
-        found: dict[str, str] = {}
-        for start in range(0, len(keys), _READ_CHUNK):
+    def _holders(self, groups: _Groups) -> dict[tuple[bytes, bytes], bytes]:
+        """The token holding each column of ``groups``, for those held."""
+        found: dict[tuple[bytes, bytes], bytes] = {}
+        rows = list(groups)
+        for start in range(0, len(rows), _READ_CHUNK):
             query = ReadRowsQuery(
-                row_keys=keys[start : start + _READ_CHUNK], row_filter=_token_cell()
+                row_keys=rows[start : start + _READ_CHUNK], row_filter=_latest_cells()
             )
             for row in self._table.read_rows(query):
-                cells = row.get_cells(ID_REGISTRY_FAMILY, TOKEN_COLUMN)
-                if cells:
-                    found[by_key[row.row_key]] = cells[0].value.decode()
+                wanted = groups[row.row_key]
+                for cell in row.get_cells(ID_REGISTRY_FAMILY):
+                    if cell.qualifier in wanted:
+                        found[(row.row_key, cell.qualifier)] = cell.value
         return found
 
-    def release(self, click_id: str, token: str) -> bool:
-        """Delete ``click_id``'s registration iff ``token`` holds it.
+    def owners(self, clicks: Iterable[ClickRef]) -> dict[str, str]:
+        """The token each registered click is held by; unregistered ones are
+        absent."""
+        groups = self._group(list(clicks))
+        return {
+            qualifier.decode(): holder.decode()
+            for (_, qualifier), holder in self._holders(groups).items()
+        }
+
+    def release(self, click: ClickRef, token: str) -> bool:
+        """Delete ``click``'s registration iff ``token`` holds it.
 
         Used by verification to hand a click that was registered but never
         output back to the join; conditional, so a registration taken over
-        by someone else in the meantime is left alone.
+        by someone else in the meantime is left alone. The row's other clicks
+        are untouched.
         """
+        qualifier = click.click_id.encode()
         held_by_token = rf.RowFilterChain(
-            [_token_cell(), rf.LiteralValueFilter(token.encode())]
+            [
+                _column(qualifier),
+                rf.CellsColumnLimitFilter(1),
+                rf.LiteralValueFilter(token.encode()),
+            ]
         )
         return self._table.check_and_mutate_row(
-            row_key(click_id), held_by_token, true_case_mutations=[DeleteAllFromRow()]
+            row_key(click, self._layout),
+            held_by_token,
+            true_case_mutations=[DeleteRangeFromColumn(ID_REGISTRY_FAMILY, qualifier)],
         )
 
 
-def _token_cell() -> rf.RowFilter:
-    return rf.RowFilterChain(
-        [
-            rf.FamilyNameRegexFilter(ID_REGISTRY_FAMILY),
-            rf.ColumnQualifierRegexFilter(TOKEN_COLUMN),
-            rf.CellsColumnLimitFilter(1),
-        ]
+def _settle(
+    outcomes: list[Outcome | None], positions: list[int], outcome: Outcome
+) -> None:
+    for i in positions:
+        outcomes[i] = outcome
+
+
+def _column(qualifier: bytes) -> rf.RowFilter:
+    return rf.ColumnRangeFilter(
+        ID_REGISTRY_FAMILY,
+        qualifier,
+        qualifier,
+        inclusive_start=True,
+        inclusive_end=True,
     )
 
 
-def _token_cell_pb():
-    """``_token_cell`` as the API's protobuf, for the raw-channel requests."""
+def _latest_cells() -> rf.RowFilter:
+    # A column range rather than a family regex: the emulator compiles a
+    # regex filter once per cell it tests.
+    return rf.RowFilterChain(
+        [rf.ColumnRangeFilter(ID_REGISTRY_FAMILY), rf.CellsColumnLimitFilter(1)]
+    )
+
+
+def _column_pb(into, qualifier: bytes) -> None:
+    column = into.column_range_filter
+    column.family_name = ID_REGISTRY_FAMILY
+    column.start_qualifier_closed = qualifier
+    column.end_qualifier_closed = qualifier
+
+
+def _any_column_pb(qualifiers: Sequence[bytes]):
+    """A predicate that matches a row with a cell in any of the (sorted)
+    ``qualifiers``: one exact column, or the range they span chained with
+    the union (interleave) of the exact columns."""
     predicate = RowFilterPb()
-    filters = predicate.chain.filters
-    filters.add(family_name_regex_filter=ID_REGISTRY_FAMILY)
-    filters.add(column_qualifier_regex_filter=TOKEN_COLUMN)
-    filters.add(cells_per_column_limit_filter=1)
+    if len(qualifiers) == 1:
+        _column_pb(predicate, qualifiers[0])
+        return predicate
+    span, union = predicate.chain.filters.add(), predicate.chain.filters.add()
+    column_range = span.column_range_filter
+    column_range.family_name = ID_REGISTRY_FAMILY
+    column_range.start_qualifier_closed = qualifiers[0]
+    column_range.end_qualifier_closed = qualifiers[-1]
+    for qualifier in qualifiers:
+        _column_pb(union.interleave.filters.add(), qualifier)
     return predicate
 
 
-_TOKEN_CELL_PB = _token_cell_pb()
+def _set_cell_pb(qualifier: bytes, token: bytes, timestamp_micros: int):
+    mutation = MutationPb()
+    cell = mutation.set_cell
+    cell.family_name = ID_REGISTRY_FAMILY
+    cell.column_qualifier = qualifier
+    cell.value = token
+    cell.timestamp_micros = timestamp_micros
+    return mutation

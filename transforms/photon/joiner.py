@@ -1,52 +1,58 @@
 """The joiner: per query id, pair each click with its query, once.
 
-``Joiner`` is a stateful DoFn keyed by ``query_id`` over the tagged union of
-both streams (``(query_id, JoinerEvent)``). It outputs join *candidates*:
-``JoinedClick``s that still have to win their click id in the id registry
-(``registration``) before they may leave the pipeline.
+``Joiner`` is a stateful DoFn over the tagged union of both streams, keyed by
+a *shard* of the query id (``(shard_of(query_id), JoinerEvent)``); each shard
+holds the per-query-id state of many query ids. It outputs join
+*candidates*: ``JoinedClick``s that still have to win their click id in the
+id registry (``registration``) before they may leave the pipeline.
 
-State, per query id, one ``JoinerState`` value (one read and one write per
-event: the runner's state cache charges per access, not per byte):
+Why shards rather than one key per query id: a runner's cost is per key and
+bundle, not per byte. Beam's SDK state cache (the DirectRunner's) sizes every
+value it stores by walking all loaded modules' globals, about 2 ms a time,
+and each key touched in a bundle is read once and written twice at commit; a
+key per query id therefore cost about 7 ms per query. With shards, a bundle
+pays that per shard it touches.
 
-- ``query``: the query event, once it has arrived (or been fetched from the
-  event store). The first copy wins; later copies are counted duplicates.
-- ``pending``: clicks that arrived before their query.
-- ``seen_click_ids``: ids of every click accepted for the key, so a
-  duplicated click (the same click id again) is dropped here and counted.
-- ``gc_at``: when the key's state is cleared (see timers).
+State, per shard, one value of plain types: ``(entries, deadlines, gcs)``.
 
-All of it lives until the ``gc`` timer: ``query_ttl_ms`` past the latest event
-time seen for the key, re-armed by every event. The query therefore stays
-cached for a TTL after the key's last activity, and after that the event
-store serves it.
+- ``entries``: query id -> a serialized ``JoinerState``: the query once it
+  has arrived or been fetched from the event store (the first copy wins;
+  later copies are counted duplicates), ``pending`` clicks that came before
+  their query, ``seen_click_ids`` (a duplicated click, the same id again, is
+  dropped and counted) and ``gc_at``.
+- ``deadlines``, ``gcs``: timer slot -> the query ids due in that slot.
 
-Timers, on the watermark:
+Timers, on the watermark, in dynamic families tagged by slot: times are
+rounded up to a multiple of ``JoinParams.timer_slot_ms``, so a shard has one
+timer per slot however many query ids fall into it.
 
-- ``deadline`` (a dynamic family, one per distinct deadline): a click that
-  finds no query is buffered with a timer at ``click_time + max_wait_ms``.
-  When it fires, the query is looked up in the event store: if found, it is
-  cached in state and every pending click is joined; if not, the clicks
-  whose deadline has passed go to the ``unjoinable`` output with reason
-  ``QUERY_NOT_FOUND``; later ones keep waiting for their own deadline.
-- ``gc``: clears the key's state. Clicks still pending then (possible only
-  when the two timers coincide) are resolved as at their deadline first.
+- ``deadline``: a click that finds no query is buffered, due at
+  ``click_time + max_wait_ms``. When its slot fires, the queries of every
+  query id with clicks then due are looked up in the event store in one read:
+  if found, the query is cached and all pending clicks are joined; if not,
+  the due clicks go to ``unjoinable`` with reason ``QUERY_NOT_FOUND`` and
+  later ones keep waiting for their own slot.
+- ``gc``: a query id's entry lives until ``query_ttl_ms`` past the latest
+  event time seen for it (re-armed by every event), then is removed; clicks
+  still pending are settled as at their deadline first.
 
 A click is joined the moment both sides are present: at its own arrival if
 the query is in state, at the query's arrival if it came first. Joined
 clicks carry ``joined_at = max(click time, query time)``, so outputs are
 deterministic. Late data needs no special case: a late click joins at once
-if its query is cached, and otherwise its deadline (already behind the
+if its query is cached, and otherwise its deadline slot (already behind the
 watermark) fires at the next watermark advance and consults the event store.
-A duplicate arriving after its key's state was cleared is not recognised
-here; the id registry stops it only if another pipeline holds the click.
+A duplicate arriving after its entry was removed is not recognised here; the
+id registry stops it only if another pipeline holds the click.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 
 import apache_beam as beam
-from apache_beam.coders import ProtoCoder
+from apache_beam import coders
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (
@@ -69,6 +75,19 @@ from transforms.records.photon_pb2 import (
 
 UNJOINABLE = "unjoinable"
 
+# (entries, deadlines, gcs); see the module docstring.
+ShardState = tuple[dict[str, bytes], dict[int, list[str]], dict[int, list[str]]]
+_SLOTS = coders.MapCoder(coders.VarIntCoder(), coders.ListCoder(coders.StrUtf8Coder()))
+SHARD_STATE_CODER = coders.TupleCoder(
+    [coders.MapCoder(coders.StrUtf8Coder(), coders.BytesCoder()), _SLOTS, _SLOTS]
+)
+
+
+def shard_of(query_id: str, shards: int) -> int:
+    """The joiner shard of ``query_id``: a hash, so shards fill evenly."""
+    digest = hashlib.blake2b(query_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
 
 def joined(click: ClickEvent, query: QueryEvent) -> JoinedClick:
     """The join of ``click`` and ``query``, stamped with when it became possible."""
@@ -80,7 +99,7 @@ def joined(click: ClickEvent, query: QueryEvent) -> JoinedClick:
 class Joiner(beam.DoFn):
     """Joins clicks with queries per query id; see the module docstring."""
 
-    STATE = ReadModifyWriteStateSpec("state", ProtoCoder(JoinerState))
+    STATE = ReadModifyWriteStateSpec("shard", SHARD_STATE_CODER)
     DEADLINE = TimerSpec("deadline", TimeDomain.WATERMARK)
     GC = TimerSpec("gc", TimeDomain.WATERMARK)
 
@@ -105,107 +124,154 @@ class Joiner(beam.DoFn):
 
     def process(
         self,
-        element: tuple[str, JoinerEvent],
+        element: tuple[int, JoinerEvent],
         stored=beam.DoFn.StateParam(STATE),
         deadline=beam.DoFn.TimerParam(DEADLINE),
         gc=beam.DoFn.TimerParam(GC),
     ) -> Iterator[JoinedClick]:
         _, event = element
-        state = stored.read() or JoinerState()
+        state: ShardState = stored.read() or ({}, {}, {})
         if event.WhichOneof("event") == "query":
-            outputs = self._on_query(event.query, state, gc)
+            query_id = event.query.query_id
+            entry = _entry(state, query_id)
+            outputs = self._on_query(event.query, entry, state, gc)
         else:
-            outputs = self._on_click(event.click, state, deadline, gc)
+            query_id = event.click.query_id
+            entry = _entry(state, query_id)
+            outputs = self._on_click(event.click, entry, state, deadline, gc)
+        state[0][query_id] = entry.SerializeToString()
         stored.write(state)
         return outputs
 
-    def _on_query(self, query: QueryEvent, state: JoinerState, gc) -> list:
-        self._extend_gc(query.event_time, state, gc)
-        if state.HasField("query"):
+    def _on_query(
+        self, query: QueryEvent, entry: JoinerState, state: ShardState, gc
+    ) -> list:
+        self._extend_gc(query.query_id, query.event_time, entry, state, gc)
+        if entry.HasField("query"):
             self._duplicate_queries.inc()
             return []
-        state.query.CopyFrom(query)
-        return self._join_pending(state, self._joined_from_state)
+        entry.query.CopyFrom(query)
+        return self._join_pending(entry, self._joined_from_state)
 
     def _on_click(
-        self, click: ClickEvent, state: JoinerState, deadline, gc
+        self, click: ClickEvent, entry: JoinerState, state: ShardState, deadline, gc
     ) -> list[JoinedClick]:
-        if click.click_id in state.seen_click_ids:
+        if click.click_id in entry.seen_click_ids:
             self._duplicate_clicks.inc()
             return []
-        state.seen_click_ids.append(click.click_id)
-        self._extend_gc(click.event_time, state, gc)
-        if state.HasField("query"):
+        entry.seen_click_ids.append(click.click_id)
+        self._extend_gc(click.query_id, click.event_time, entry, state, gc)
+        if entry.HasField("query"):
             self._joined_from_state.inc()
-            return [joined(click, state.query)]
-        state.pending.append(click)
+            return [joined(click, entry.query)]
+        entry.pending.append(click)
         due = click.event_time + self._params.max_wait_ms
-        deadline.set(to_timestamp(due), dynamic_timer_tag=str(due))
+        self._schedule(state[1], due, click.query_id, deadline)
         return []
 
     @on_timer(DEADLINE)
     def on_deadline(
         self,
-        key=beam.DoFn.KeyParam,
         fired_at=beam.DoFn.TimestampParam,
+        slot=beam.DoFn.DynamicTimerTagParam,
         stored=beam.DoFn.StateParam(STATE),
         gc=beam.DoFn.TimerParam(GC),
     ) -> Iterator[JoinedClick | beam.pvalue.TaggedOutput]:
-        state = stored.read() or JoinerState()
-        outputs = self._resolve(key, to_millis(fired_at), state)
-        if state.HasField("query"):
-            # The event store answered: the state caches it for a TTL.
-            self._extend_gc(to_millis(fired_at), state, gc)
-        stored.write(state)
+        state: ShardState = stored.read() or ({}, {}, {})
+        now_ms = to_millis(fired_at)
+        query_ids = dict.fromkeys(state[1].pop(int(slot), ()))
+        entries = {q: _entry(state, q) for q in query_ids if q in state[0]}
+        outputs = self._resolve(entries, now_ms)
+        for query_id, entry in entries.items():
+            if entry.HasField("query"):
+                # The event store answered: the state caches it for a TTL.
+                self._extend_gc(query_id, now_ms, entry, state, gc)
+            state[0][query_id] = entry.SerializeToString()
+        _store(stored, state)
         return outputs
 
     @on_timer(GC)
     def on_gc(
         self,
-        key=beam.DoFn.KeyParam,
         fired_at=beam.DoFn.TimestampParam,
+        slot=beam.DoFn.DynamicTimerTagParam,
         stored=beam.DoFn.StateParam(STATE),
     ) -> Iterator[JoinedClick | beam.pvalue.TaggedOutput]:
-        state = stored.read() or JoinerState()
-        stored.clear()
+        state: ShardState = stored.read() or ({}, {}, {})
+        now_ms = to_millis(fired_at)
+        query_ids = dict.fromkeys(state[2].pop(int(slot), ()))
+        # An entry whose GC time moved on is listed in a later slot too.
+        expired = {
+            q: entry
+            for q in query_ids
+            if q in state[0]
+            for entry in [_entry(state, q)]
+            if entry.gc_at <= now_ms
+        }
         # Every pending deadline is at most the GC time: settle them now.
-        return self._resolve(key, to_millis(fired_at), state)
-
-    def _resolve(
-        self, key: str, now_ms: int, state: JoinerState
-    ) -> list[JoinedClick | beam.pvalue.TaggedOutput]:
-        """Settle the pending clicks whose deadline is ``now_ms`` or earlier."""
-        max_wait = self._params.max_wait_ms
-        if not any(c.event_time + max_wait <= now_ms for c in state.pending):
-            return []  # settled by an earlier deadline of the same key
-        if not state.HasField("query"):
-            self._lookups.inc()
-            found = self._store.get(key)
-            if found is not None:
-                state.query.CopyFrom(found)
-        if state.HasField("query"):
-            return self._join_pending(state, self._joined_from_store)
-        due = [c for c in state.pending if c.event_time + max_wait <= now_ms]
-        waiting = [c for c in state.pending if c.event_time + max_wait > now_ms]
-        del state.pending[:]
-        state.pending.extend(waiting)
-        self._not_found.inc(len(due))
-        return [
-            beam.pvalue.TaggedOutput(UNJOINABLE, self._not_found_for(c)) for c in due
-        ]
-
-    def _join_pending(self, state: JoinerState, counter) -> list[JoinedClick]:
-        outputs = [joined(click, state.query) for click in state.pending]
-        counter.inc(len(outputs))
-        del state.pending[:]
+        outputs = self._resolve(expired, now_ms)
+        for query_id in expired:
+            del state[0][query_id]
+        _store(stored, state)
         return outputs
 
-    def _extend_gc(self, event_time_ms: int, state: JoinerState, gc) -> None:
-        # A plain timer moves when set again, so only ever move it later.
+    def _resolve(
+        self, entries: dict[str, JoinerState], now_ms: int
+    ) -> list[JoinedClick | beam.pvalue.TaggedOutput]:
+        """Settle the pending clicks whose deadline is ``now_ms`` or earlier,
+        looking up in one read the queries of all ``entries`` that need one."""
+        max_wait = self._params.max_wait_ms
+        due = {
+            query_id: entry
+            for query_id, entry in entries.items()
+            if any(c.event_time + max_wait <= now_ms for c in entry.pending)
+        }
+        missing = [q for q, entry in due.items() if not entry.HasField("query")]
+        if missing:
+            self._lookups.inc(len(missing))
+            for query_id, query in self._store.get_many(missing).items():
+                due[query_id].query.CopyFrom(query)
+        outputs: list[JoinedClick | beam.pvalue.TaggedOutput] = []
+        for entry in due.values():
+            if entry.HasField("query"):
+                outputs.extend(self._join_pending(entry, self._joined_from_store))
+                continue
+            late = [c for c in entry.pending if c.event_time + max_wait <= now_ms]
+            waiting = [c for c in entry.pending if c.event_time + max_wait > now_ms]
+            del entry.pending[:]
+            entry.pending.extend(waiting)
+            self._not_found.inc(len(late))
+            outputs.extend(
+                beam.pvalue.TaggedOutput(UNJOINABLE, self._not_found_for(c))
+                for c in late
+            )
+        return outputs
+
+    def _join_pending(self, entry: JoinerState, counter) -> list[JoinedClick]:
+        outputs = [joined(click, entry.query) for click in entry.pending]
+        counter.inc(len(outputs))
+        del entry.pending[:]
+        return outputs
+
+    def _extend_gc(
+        self, query_id: str, event_time_ms: int, entry: JoinerState, state, gc
+    ) -> None:
         at = event_time_ms + self._params.query_ttl_ms
-        if not state.HasField("gc_at") or at > state.gc_at:
-            state.gc_at = at
-            gc.set(to_timestamp(at))
+        if not entry.HasField("gc_at") or at > entry.gc_at:
+            entry.gc_at = at
+            self._schedule(state[2], at, query_id, gc)
+
+    def _schedule(self, slots: dict[int, list[str]], at_ms: int, query_id, timer):
+        """List ``query_id`` in the slot of ``at_ms``, arming the slot's timer
+        when the slot is new."""
+        size = self._params.timer_slot_ms
+        slot = -(-at_ms // size) * size
+        listed = slots.get(slot)
+        if listed is None:
+            slots[slot] = [query_id]
+            timer.set(to_timestamp(slot), dynamic_timer_tag=str(slot))
+        elif listed[-1] != query_id:
+            listed.append(query_id)
 
     def _not_found_for(self, click: ClickEvent) -> UnjoinableClick:
         return UnjoinableClick(
@@ -216,3 +282,15 @@ class Joiner(beam.DoFn):
                 f"in the event store {self._params.max_wait_ms} ms after the click"
             ),
         )
+
+
+def _entry(state: ShardState, query_id: str) -> JoinerState:
+    data = state[0].get(query_id)
+    return JoinerState() if data is None else JoinerState.FromString(data)
+
+
+def _store(stored, state: ShardState) -> None:
+    if any(state):
+        stored.write(state)
+    else:
+        stored.clear()

@@ -33,14 +33,20 @@ class JoinParams:
     ``max_wait_ms``: a click whose query has not arrived by
     ``click_time + max_wait_ms`` of event time (the watermark) is looked up
     in the event store, and is unjoinable if not found there either.
-    ``query_ttl_ms``: a key's state (its query and the ids of its clicks) is
-    kept until the watermark passes ``query_ttl_ms`` after the latest event
-    time seen for the key. It must be at least ``max_wait_ms``, so that no
-    click is still waiting when its key's state is cleared.
+    ``query_ttl_ms``: a query id's state (its query and the ids of its
+    clicks) is kept until the watermark passes ``query_ttl_ms`` after the
+    latest event time seen for it. It must be at least ``max_wait_ms``, so
+    that no click is still waiting when its state is cleared.
+    ``shards``: the joiner's keys; query ids are hashed onto them, and the
+    runner's per-key costs are paid per shard rather than per query id.
+    ``timer_slot_ms``: deadlines and GC times are rounded up to a multiple
+    of it, so a shard needs one timer per slot, not one per click.
     """
 
     max_wait_ms: int = 10 * 60 * 1000
     query_ttl_ms: int = 60 * 60 * 1000
+    shards: int = 512
+    timer_slot_ms: int = 60 * 1000
 
     def __post_init__(self) -> None:
         if self.max_wait_ms <= 0:
@@ -49,6 +55,35 @@ class JoinParams:
             raise ValueError(
                 f"query_ttl_ms ({self.query_ttl_ms}) must be at least "
                 f"max_wait_ms ({self.max_wait_ms})"
+            )
+        if self.shards < 1 or self.timer_slot_ms < 1:
+            raise ValueError("shards and timer_slot_ms must be positive")
+
+
+@dataclass(frozen=True)
+class RegistryLayout:
+    """How click ids are laid out in the id registry's rows.
+
+    A registry row holds the ids of one hash ``bucket`` of the click id and
+    one ``slice_ms`` slice of the click's event time; its column qualifiers
+    are the click ids. A batch of registrations then needs one conditional
+    write per row it touches, not per id. More buckets spread the load over
+    more rows (and tablets); fewer put more ids of a batch into each write.
+    Time slices keep rows bounded: a row stops growing once its slice is past,
+    and Bigtable's GC empties it ``gc_days`` later.
+
+    Every pipeline sharing a registry must use the same layout: a click must
+    map to the same row everywhere, or two pipelines could both win it.
+    """
+
+    buckets: int = 8
+    slice_ms: int = 60 * 1000
+
+    def __post_init__(self) -> None:
+        if self.buckets < 1 or self.slice_ms < 1:
+            raise ValueError(
+                f"buckets and slice_ms must be positive, got {self.buckets} "
+                f"and {self.slice_ms}"
             )
 
 
@@ -62,7 +97,9 @@ class RegistryParams:
     to replay old logs reproducibly; the registry's own cells always carry
     the real time, so Bigtable's GC is unaffected.
     ``max_batch``: registrations buffered per bundle before a flush.
-    ``max_in_flight``: concurrent CheckAndMutateRow requests per flush.
+    ``max_in_flight``: concurrent CheckAndMutateRow requests (one per
+    registry row of the batch) per flush.
+    ``layout``: the registry's row layout, shared by every pipeline.
     ``fail_after_register_fraction``: TEST ONLY. That fraction of clicks
     (chosen by a hash of the click id) is dropped after its registration
     commits and before it is output, as if the worker died in between; the
@@ -74,6 +111,7 @@ class RegistryParams:
     now_ms: int | None = None
     max_batch: int = 500
     max_in_flight: int = 128
+    layout: RegistryLayout = RegistryLayout()
     fail_after_register_fraction: float = 0.0
 
     def __post_init__(self) -> None:

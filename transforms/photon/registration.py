@@ -2,8 +2,9 @@
 
 ``RegisterJoins`` sits between the joiner and the output. It is not keyed and
 keeps no Beam state: candidates are buffered in the DoFn and registered
-``max_batch`` at a time, the rest at the end of the bundle, with all of a
-batch's conditional inserts in flight together (``IdRegistry.register_many``).
+``max_batch`` at a time, the rest at the end of the bundle, with one
+conditional write per registry row the batch touches, all in flight together
+(``IdRegistry.register_many``).
 Since a bundle's outputs are committed only after ``finish_bundle``, no
 candidate is output before its registration has committed.
 
@@ -32,7 +33,12 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.photon.event_store import METRICS_NAMESPACE
-from transforms.photon.id_registry import IdRegistry, Outcome, older_than_horizon
+from transforms.photon.id_registry import (
+    ClickRef,
+    IdRegistry,
+    Outcome,
+    older_than_horizon,
+)
 from transforms.photon.joiner import UNJOINABLE
 from transforms.photon.params import BigtableTarget, RegistryParams
 from transforms.records.photon_pb2 import JoinedClick, UnjoinableClick
@@ -74,6 +80,7 @@ class RegisterJoins(beam.DoFn):
         self._registry = IdRegistry(
             self._target,
             self._params.gc_days,
+            layout=self._params.layout,
             max_in_flight=self._params.max_in_flight,
         )
 
@@ -118,8 +125,10 @@ class RegisterJoins(beam.DoFn):
         if not batch:
             return
         self._batches.update(len(batch))
-        click_ids = [candidate.value.click.click_id for candidate in batch]
-        outcomes = self._registry.register_many(click_ids, self._token)
+        clicks = [
+            ClickRef(c.value.click.click_id, c.value.click.event_time) for c in batch
+        ]
+        outcomes = self._registry.register_many(clicks, self._token)
         for candidate, outcome in zip(batch, outcomes, strict=True):
             if outcome is Outcome.DUPLICATE:
                 self._wasted.inc()

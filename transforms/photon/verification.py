@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from transforms.photon.id_registry import IdRegistry
+from transforms.photon.id_registry import ClickRef, IdRegistry
 
 
 @dataclass
@@ -27,26 +27,29 @@ class Findings:
     logged: int = 0
     output: int = 0
     registered: int = 0
-    # click id -> token that holds it, for clicks registered but not output.
-    lost: dict[str, str] = field(default_factory=dict)
+    # click -> token that holds it, for clicks registered but not output.
+    lost: dict[ClickRef, str] = field(default_factory=dict)
     released: list[str] = field(default_factory=list)
 
 
 def find_lost(
-    logged_ids: Iterable[str], output_ids: Iterable[str], registry: IdRegistry
+    logged: Iterable[ClickRef], output_ids: Iterable[str], registry: IdRegistry
 ) -> Findings:
-    """Clicks of the log that are registered but absent from every output."""
-    logged = set(logged_ids)
+    """Clicks of the log that are registered but absent from every output.
+
+    Clicks are looked up by id and event time, which choose the registry row.
+    """
+    by_id = {click.click_id: click for click in logged}
     output = set(output_ids)
-    owners = registry.owners(sorted(logged))
+    owners = registry.owners(by_id.values())
     lost = {
-        click_id: token
+        by_id[click_id]: token
         for click_id, token in sorted(owners.items())
         if click_id not in output
     }
     return Findings(
-        logged=len(logged),
-        output=len(output & logged),
+        logged=len(by_id),
+        output=len(output & by_id.keys()),
         registered=len(owners),
         lost=lost,
     )
@@ -59,8 +62,8 @@ def release_lost(findings: Findings, registry: IdRegistry) -> list[str]:
     re-registered by someone else meanwhile is left alone.
     """
     findings.released = [
-        click_id
-        for click_id, token in findings.lost.items()
-        if registry.release(click_id, token)
+        click.click_id
+        for click, token in findings.lost.items()
+        if registry.release(click, token)
     ]
     return findings.released
