@@ -16,8 +16,8 @@ the generator's truth. Prints each runner's median, then the ratio
 SparkRunner / DirectRunner (`--runner=SparkRunner` is this project's runner).
 The emulator shares the machine's cores with the job. The default size is
 the largest tried that runs within about 10 minutes per runner on 2 cores:
-one million clicks took 5 minutes on the DirectRunner but had not finished
-after 17 on the SparkRunner (see docs/photon.md).
+`--clicks 1000000` takes about 6 minutes on the DirectRunner and 15 on the
+SparkRunner (see docs/photon.md).
 """
 
 import argparse
