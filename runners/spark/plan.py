@@ -56,6 +56,8 @@ class StagePlan:
     timer_families: list[TimerFamily] = field(default_factory=list)
     side_inputs: list[SideInput] = field(default_factory=list)
     key_coder_id: str | None = None
+    # Deliver every due timer per round, not only each key's earliest.
+    all_due_timers: bool = False
 
     @property
     def stateful(self) -> bool:

@@ -130,7 +130,9 @@ class StageExecutor:
         self._bundle_bytes = bundle_bytes
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(plan.descriptor)
         self._harness = InProcessHarness(descriptor, state_servicer(side_input_entries))
-        self._timers = TimerStore(plan.timer_families, context_from_bytes(components))
+        self._timers = TimerStore(
+            plan.timer_families, context_from_bytes(components), plan.all_due_timers
+        )
         self._watermark = BatchWatermark()
         self._ids = itertools.count()
         self.metrics = MetricsSnapshot()

@@ -42,10 +42,14 @@ class TimerStore:
     Timers are identified as Beam does: (transform, family, key, dynamic tag,
     window). ``pop_round`` hands out, for each key, its earliest due timers
     only, so that a callback which sets or clears a later timer of the same
-    key is honoured before that timer fires.
+    key is honoured before that timer fires; with ``all_due`` it hands out
+    every due timer, as Beam's FnApiRunner does.
     """
 
-    def __init__(self, families: list[TimerFamily], context: Any) -> None:
+    def __init__(
+        self, families: list[TimerFamily], context: Any, all_due: bool = False
+    ) -> None:
+        self._all_due = all_due
         self._coders = {
             (f.transform_id, f.family_id): context.coders[f.coder_id].get_impl()
             for f in families
@@ -88,11 +92,13 @@ class TimerStore:
 
         Event-time timers are due at or before ``watermark``; processing-time
         timers are due once no event-time timer is (batch drains them at the
-        end). Per key only the earliest due timestamp is taken.
+        end). Per key only the earliest due timestamp is taken, unless the
+        store delivers all due timers.
         """
-        due = self._event_time.pop_earliest_per_key(watermark.micros, self._is_live)
+        earliest_only = not self._all_due
+        due = self._event_time.pop_due(watermark.micros, self._is_live, earliest_only)
         if not due:
-            due = self._processing_time.pop_earliest_per_key(None, self._is_live)
+            due = self._processing_time.pop_due(None, self._is_live, earliest_only)
         fired = sorted(
             ((ident, self._pending.pop(ident)[1]) for ident in due),
             key=lambda pair: pair[1].fire_timestamp.micros,
@@ -137,10 +143,14 @@ class _DueQueue:
         self._key_entry[key] = fire
         heapq.heappush(self._keys, (fire, _Ordered(key)))
 
-    def pop_earliest_per_key(
-        self, watermark: int | None, is_live: Callable[[tuple, int], bool]
+    def pop_due(
+        self,
+        watermark: int | None,
+        is_live: Callable[[tuple, int], bool],
+        earliest_only: bool = True,
     ) -> list[tuple]:
-        """Idents of each key's earliest live timers due by ``watermark`` (µs)."""
+        """Idents of live timers due by ``watermark`` (µs; None: any time):
+        each key's earliest only, or all of them."""
         due: list[tuple] = []
         handled = []
         while self._keys and (watermark is None or self._keys[0][0] <= watermark):
@@ -158,7 +168,8 @@ class _DueQueue:
                 self._enqueue(key, earliest)
             else:
                 handled.append(key)
-                while timers and timers[0][0] == earliest:
+                last = earliest if earliest_only else watermark
+                while timers and (last is None or timers[0][0] <= last):
                     _, version, ident = heapq.heappop(timers)
                     due.append(ident)
                     _drop_stale(timers, is_live)

@@ -27,8 +27,7 @@ def _timer(key: str, ts: int, tag: str = "", clear: bool = False) -> Timer:
     return Timer(key, tag, (GlobalWindow(),), clear, Timestamp(ts), Timestamp(ts), PANE)
 
 
-@pytest.fixture
-def store_and_coder():
+def _timer_store(all_due: bool = False):
     context = pipeline_context.PipelineContext()
     coder = coders._TimerCoder(coders.StrUtf8Coder(), coders.GlobalWindowCoder())
     coder_id = context.coders.get_id(coder)
@@ -36,7 +35,12 @@ def store_and_coder():
         TimerFamily("ParDo", "a", coder_id, EVENT),
         TimerFamily("ParDo", "p", coder_id, PROCESSING),
     ]
-    return TimerStore(families, context), coder.get_impl()
+    return TimerStore(families, context, all_due), coder.get_impl()
+
+
+@pytest.fixture
+def store_and_coder():
+    return _timer_store()
 
 
 def _add(store, impl, family: str, *timers: Timer) -> None:
@@ -72,6 +76,16 @@ def test_each_round_fires_only_the_earliest_timers_of_each_key(store_and_coder):
     assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 10, "y"), ("j", 20, "")]}
     assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 30, "x")]}
     # Processing-time timers come once no event-time timer is due.
+    assert _fired(store, impl, MAX_TIMESTAMP) == {"p": [("k", 1, "")]}
+
+
+def test_all_due_delivers_every_due_timer_in_one_round():
+    store, impl = _timer_store(all_due=True)
+    _add(store, impl, "a", _timer("k", 30, "x"), _timer("k", 10, "y"), _timer("j", 20))
+    _add(store, impl, "p", _timer("k", 1))
+    due_by_25 = {"a": [("k", 10, "y"), ("j", 20, "")]}
+    assert _fired(store, impl, Timestamp(25)) == due_by_25
+    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 30, "x")]}
     assert _fired(store, impl, MAX_TIMESTAMP) == {"p": [("k", 1, "")]}
 
 

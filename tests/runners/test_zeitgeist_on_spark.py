@@ -42,7 +42,10 @@ def run(source: pathlib.Path, output: pathlib.Path, pipeline: beam.Pipeline) -> 
     }
 
 
-def test_same_anomalies_counts_and_scores_as_the_direct_runner(tmp_path, spark_session):
+@pytest.mark.parametrize("timer_rounds", ["per_key", "all_due"])
+def test_same_anomalies_counts_and_scores_as_the_direct_runner(
+    tmp_path, spark_session, timer_rounds
+):
     # Half a day of 12 queries with episodes; individual searches, in
     # arrival order with some out of order, so the shuffle really matters.
     spec = StreamSpec(
@@ -61,7 +64,9 @@ def test_same_anomalies_counts_and_scores_as_the_direct_runner(tmp_path, spark_s
         tmp_path / "spark",
         beam.Pipeline(
             runner=SparkRunner(),
-            options=PipelineOptions(["--spark_master_url=local[2]"]),
+            options=PipelineOptions(
+                ["--spark_master_url=local[2]", f"--spark_timer_rounds={timer_rounds}"]
+            ),
         ),
     )
     assert direct[WINDOW_COUNTS], "the stream must produce windows"
