@@ -4,7 +4,6 @@
     python benchmarks/runner_throughput.py --events 200000 \\
         --events_list 200000,800000                           # + driver memory scaling
     python benchmarks/runner_throughput.py --workload counts  # synthetic counts
-    python benchmarks/runner_throughput.py --timer_rounds all_due  # FnApiRunner's
 
 Two workloads, three engines, one run, all on ``--master`` (``local[2]``).
 
@@ -398,12 +397,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--skip_direct", action="store_true")
-    parser.add_argument(
-        "--timer_rounds",
-        choices=("per_key", "all_due"),
-        default="per_key",
-        help="SparkRunner's --spark_timer_rounds for the compared runs",
-    )
     parser.add_argument("--seed", type=int, default=7, help="Zeitgeist generator seed")
     parser.add_argument(
         "--events_list",
@@ -426,10 +419,7 @@ def main(argv: list[str] | None = None) -> None:
     from runners.spark.options import SparkOptions
     from runners.spark.session import get_or_create_session
 
-    spark_args = [
-        f"--spark_master_url={args.master}",
-        f"--spark_timer_rounds={args.timer_rounds}",
-    ]
+    spark_args = [f"--spark_master_url={args.master}"]
     session = get_or_create_session(SparkOptions(spark_args))
     # Warm-up: Spark's first job pays JVM and Python worker start-up.
     rdd_counts(session.sparkContext, 100)

@@ -11,9 +11,6 @@ from __future__ import annotations
 from apache_beam.options.pipeline_options import PipelineOptions
 
 DEFAULT_MASTER = "local[*]"
-PER_KEY = "per_key"
-ALL_DUE = "all_due"
-TIMER_ROUNDS = (PER_KEY, ALL_DUE)
 
 
 class SparkOptions(PipelineOptions):
@@ -39,18 +36,6 @@ class SparkOptions(PipelineOptions):
             type=int,
             default=8 << 20,
             help="Encoded input bytes per SDK bundle within a Spark partition.",
-        )
-        parser.add_argument(
-            "--spark_timer_rounds",
-            choices=TIMER_ROUNDS,
-            default=PER_KEY,
-            help="How batch timers are delivered once the input is done. "
-            f"'{PER_KEY}' (default): each round gives a key only its earliest "
-            "due timers, so a callback that moves or clears a later timer of "
-            f"its key is honoured. '{ALL_DUE}': every due timer in one round, "
-            "as Beam's FnApiRunner (the Python DirectRunner) does; far fewer "
-            "rounds, but a timer cleared or moved by an earlier callback of "
-            "the same round still fires.",
         )
 
 

@@ -28,7 +28,6 @@ class TimerFamily:
 
     transform_id: str
     family_id: str
-    coder_id: str
     time_domain: int
 
 
@@ -56,8 +55,6 @@ class StagePlan:
     timer_families: list[TimerFamily] = field(default_factory=list)
     side_inputs: list[SideInput] = field(default_factory=list)
     key_coder_id: str | None = None
-    # Deliver every due timer per round, not only each key's earliest.
-    all_due_timers: bool = False
 
     @property
     def stateful(self) -> bool:
@@ -119,7 +116,6 @@ def build_stage_plan(
             TimerFamily(
                 names[timer.transform_id],
                 timer.local_name,
-                spec.timer_family_coder_id,
                 spec.time_domain,
             )
         )

@@ -4,16 +4,27 @@ The harness is Beam's SdkWorker in process, with control, data and state
 planes in memory (:class:`InProcessHarness`). The partition's encoded
 elements are cut into bundles; each bundle's outputs are yielded as
 ``(output index, encoded chunk)``. A stateful stage then fires its timers in
-rounds until none is due, self-checkpointing splittable DoFns are resumed
-until they finish, and the task's user metrics go to the job's accumulator.
+timer bundles until none is due, self-checkpointing splittable DoFns are
+resumed until they finish, and the task's user metrics go to the job's
+accumulator.
+
+Timers never cross the data plane. The SDK encodes the timers a DoFn sets
+with its family's coder and decodes the runner's timer elements with it; the
+executor puts a :class:`_TimerPort` in that coder's place. Sets and clears
+then reach the partition's :class:`TimerQueue` as they happen, and a timer
+bundle fires due timers inside the SDK one callback at a time, each after
+the previous callback's changes (Beam's Java SDK harness gives the same
+guarantee; Beam's Python FnApiRunner fires a whole round of due timers, so a
+timer cleared by an earlier callback of the round still fires there).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from apache_beam.portability.api import beam_fn_api_pb2
@@ -25,15 +36,20 @@ from apache_beam.runners.worker import (
     statesampler,
 )
 
-from runners.spark.components import context_from_bytes
 from runners.spark.errors import StageFailure
 from runners.spark.metrics import MetricsSnapshot
 from runners.spark.plan import INPUT_ID, StagePlan
-from runners.spark.state_store import TimerStore, iter_round, state_servicer
+from runners.spark.state_store import TimerQueue, state_servicer
 from runners.spark.watermark import BatchWatermark
 
+# A timer bundle fires at most this many timers: the bundle's outputs are
+# held in memory until it ends.
+TIMERS_PER_BUNDLE = 10_000
 # A looping timer that never stops would spin for ever; batch gives up here.
-MAX_TIMER_ROUNDS = 1_000_000
+MAX_TIMER_BUNDLES = 100_000
+# The runner's timer element of a timer bundle: its content is never read,
+# but the in-memory data plane drops empty elements.
+_FIRE = b"\x01"
 
 
 class UntimedStateSampler(statesampler.StateSampler):
@@ -57,7 +73,12 @@ class UntimedStateSampler(statesampler.StateSampler):
 
 
 class _ProcessorCache(sdk_worker.BundleProcessorCache):
-    """Hands out bundle processors whose state sampler runs no thread."""
+    """Hands out bundle processors whose state sampler runs no thread,
+    each passed to ``prepare`` before use."""
+
+    def __init__(self, *args: Any, prepare: Callable[[Any], None]) -> None:
+        super().__init__(*args)
+        self._prepare = prepare
 
     def get(self, instruction_id: str, bundle_descriptor_id: str) -> Any:
         processor = super().get(instruction_id, bundle_descriptor_id)
@@ -65,7 +86,39 @@ class _ProcessorCache(sdk_worker.BundleProcessorCache):
         # changed in place (same layout: both are Python subclasses of the
         # SDK's compiled sampler).
         processor.state_sampler.__class__ = UntimedStateSampler
+        self._prepare(processor)
         return processor
+
+
+class _TimerPort:
+    """Takes the place of the SDK's timer coder for one timer family.
+
+    The SDK encodes with it each timer a DoFn sets or clears, and decodes
+    with it the runner's timer elements. Here a set or clear goes straight
+    to the partition's :class:`TimerQueue`, unencoded, and the runner's one
+    timer element of a timer bundle runs ``fire`` inside the bundle.
+    """
+
+    def __init__(
+        self,
+        transform_id: str,
+        family_id: str,
+        timers: TimerQueue,
+        fire: Callable[[], None],
+    ) -> None:
+        self._transform_id = transform_id
+        self._family_id = family_id
+        self._timers = timers
+        self._fire = fire
+
+    def encode_to_stream(self, timer: Any, unused_stream: Any, nested: bool) -> None:
+        """A DoFn set or cleared ``timer``."""
+        self._timers.record(self._transform_id, self._family_id, timer)
+
+    def decode_all(self, unused_data: bytes) -> Iterator[Any]:
+        """The runner's timer element: fire due timers now."""
+        self._fire()
+        return iter(())
 
 
 class InProcessHarness:
@@ -76,11 +129,15 @@ class InProcessHarness:
     modules and cost milliseconds per state write here, far more than
     reading Beam's in-memory state servicer again. (Side inputs are still
     cached per bundle by the SDK's side-input maps.) Nor does its state
-    sampler run a thread (``UntimedStateSampler``).
+    sampler run a thread (``UntimedStateSampler``). Each bundle processor
+    goes through ``prepare`` before it runs a bundle.
     """
 
     def __init__(
-        self, descriptor: beam_fn_api_pb2.ProcessBundleDescriptor, servicer: Any
+        self,
+        descriptor: beam_fn_api_pb2.ProcessBundleDescriptor,
+        servicer: Any,
+        prepare: Callable[[Any], None],
     ) -> None:
         self.data_conn = data_plane.InMemoryDataChannel()
         state = sdk_worker.GlobalCachingStateHandler(statecache.StateCache(0), servicer)
@@ -89,6 +146,7 @@ class InProcessHarness:
             worker_handlers.SingletonStateHandlerFactory(state),
             data_plane.InMemoryDataChannelFactory(self.data_conn.inverse()),
             {descriptor.id: descriptor},
+            prepare=prepare,
         )
         self._worker = sdk_worker.SdkWorker(self._processors)
 
@@ -122,16 +180,15 @@ class StageExecutor:
     def __init__(
         self,
         plan: StagePlan,
-        components: bytes,
         side_input_entries: Iterable[tuple[bytes, bytes]] = (),
         bundle_bytes: int = 8 << 20,
     ) -> None:
         self._plan = plan
         self._bundle_bytes = bundle_bytes
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(plan.descriptor)
-        self._harness = InProcessHarness(descriptor, state_servicer(side_input_entries))
-        self._timers = TimerStore(
-            plan.timer_families, context_from_bytes(components), plan.all_due_timers
+        self._timers = TimerQueue(plan.timer_families)
+        self._harness = InProcessHarness(
+            descriptor, state_servicer(side_input_entries), self._route_timers
         )
         self._watermark = BatchWatermark()
         self._ids = itertools.count()
@@ -141,39 +198,60 @@ class StageExecutor:
         """Processes the partition's encoded elements; yields tagged outputs."""
         try:
             for batch in _bundles(inputs, self._bundle_bytes):
-                yield from self._process(batch, {})
+                yield from self._process(batch, fire_timers=False)
             self._watermark.input_exhausted()
-            for _ in range(MAX_TIMER_ROUNDS):
-                due = self._timers.pop_round(self._watermark.current())
-                if not due:
+            for _ in range(MAX_TIMER_BUNDLES):
+                if not self._timers.has_due(self._watermark.current()):
                     return
-                yield from self._process([], due)
+                yield from self._process([], fire_timers=True)
             raise RuntimeError(
-                f"{self._plan.label}: timers still set after {MAX_TIMER_ROUNDS} "
-                "rounds; does a looping timer lack a stop condition?"
+                f"{self._plan.label}: timers still due after "
+                f"{MAX_TIMER_BUNDLES * TIMERS_PER_BUNDLE:,} firings; does a "
+                "looping timer lack a stop condition?"
             )
         finally:
             self._harness.close()
 
-    def _process(self, data: list[bytes], timers: dict) -> Iterator[tuple[int, bytes]]:
+    def _route_timers(self, processor: Any) -> None:
+        fire = functools.partial(self._fire_due, processor.ops)
+        for (transform_id, family_id), info in processor.timers_info.items():
+            info.timer_coder_impl = _TimerPort(
+                transform_id, family_id, self._timers, fire
+            )
+
+    def _fire_due(self, ops: dict[str, Any]) -> None:
+        # One callback at a time: the queue sees what each callback set or
+        # cleared before it hands out the next timer.
+        watermark = self._watermark.current()
+        for _ in range(TIMERS_PER_BUNDLE):
+            due = self._timers.pop_due(watermark)
+            if due is None:
+                return
+            transform_id, family_id, timer = due
+            ops[transform_id].process_timer(family_id, timer)
+
+    def _process(self, data: list[bytes], fire_timers: bool) -> Iterator:
         while True:
-            residuals = yield from self._run_bundle(data, timers)
+            residuals = yield from self._run_bundle(data, fire_timers)
             if not residuals:
                 return
             # A splittable DoFn checkpointed itself; resume it. Batch ignores
             # the requested resume delay.
-            data, timers = residuals, {}
+            data, fire_timers = residuals, False
 
-    def _run_bundle(self, data: list[bytes], timers: dict) -> Any:
+    def _run_bundle(self, data: list[bytes], fire_timers: bool) -> Any:
         instruction_id = f"{self._plan.label}-{next(self._ids)}"
         conn = self._harness.data_conn
         to_sdk = conn.output_stream(instruction_id, INPUT_ID)
         for chunk in data:
             to_sdk.write(chunk)
         to_sdk.close()
-        for transform_id, family_id, chunk in iter_round(timers):
-            stream = conn.output_timer_stream(instruction_id, transform_id, family_id)
-            stream.write(chunk)
+        if fire_timers:
+            family = self._plan.timer_families[0]
+            stream = conn.output_timer_stream(
+                instruction_id, family.transform_id, family.family_id
+            )
+            stream.write(_FIRE)
             stream.close()
         request = beam_fn_api_pb2.InstructionRequest(
             instruction_id=instruction_id,
@@ -190,11 +268,7 @@ class StageExecutor:
         if response.error:
             raise StageFailure(self._plan.label, response.error)
         for element in outputs:
-            if isinstance(element, beam_fn_api_pb2.Elements.Timers):
-                self._timers.add_encoded(
-                    element.transform_id, element.timer_family_id, element.timers
-                )
-            elif element.data:
+            if element.data:
                 yield self._plan.output_index[element.transform_id], element.data
         result = response.process_bundle
         self.metrics.add_monitoring_infos(result.monitoring_infos)
@@ -218,14 +292,13 @@ class StageExecutor:
 
 def run_partition(
     plan: StagePlan,
-    components: bytes,
     side_input_entries: Iterable[tuple[bytes, bytes]],
     inputs: Iterable[bytes],
     bundle_bytes: int,
     metrics_accumulator: Any,
 ) -> Iterator[tuple[int, bytes]]:
     """Spark ``mapPartitions`` body: run the stage, then report metrics."""
-    executor = StageExecutor(plan, components, side_input_entries, bundle_bytes)
+    executor = StageExecutor(plan, side_input_entries, bundle_bytes)
     yield from executor.run(inputs)
     if executor.metrics:
         metrics_accumulator.add(executor.metrics)

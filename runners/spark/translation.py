@@ -17,7 +17,6 @@ its side effects and metrics, run once.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 from typing import Any
 
@@ -32,7 +31,7 @@ from pyspark import SparkContext, StorageLevel
 from runners.spark import keyed, side_inputs
 from runners.spark.components import add_windowed_coders, context_from_bytes
 from runners.spark.metrics import MetricsAccumulatorParam, MetricsSnapshot
-from runners.spark.options import ALL_DUE, SparkOptions
+from runners.spark.options import SparkOptions
 from runners.spark.plan import StagePlan, build_stage_plan
 from runners.spark.stage_executor import run_partition
 
@@ -69,7 +68,6 @@ class RddTranslator:
         parallelism = options.spark_default_parallelism
         self._parallelism = int(parallelism) if parallelism else sc.defaultParallelism
         self._bundle_bytes = int(options.spark_bundle_bytes)
-        self._all_due_timers = options.spark_timer_rounds == ALL_DUE
         components = pipeline.components
         self._windowed = add_windowed_coders(components)
         self._components = components
@@ -209,7 +207,6 @@ class RddTranslator:
             self._windowed,
             keyed=bool(payload.user_states or payload.timers),
         )
-        plan = dataclasses.replace(plan, all_due_timers=self._all_due_timers)
         rdd = self._rdds[plan.input_pcollection]
         if plan.stateful:
             rdd = (
@@ -225,7 +222,6 @@ class RddTranslator:
         body = functools.partial(
             _stage_partition,
             plan,
-            self._shipped,
             side_bc,
             self._bundle_bytes,
             self.accumulator,
@@ -266,6 +262,6 @@ def _has_tag(ix: int, record: tuple[int, bytes]) -> bool:
     return record[0] == ix
 
 
-def _stage_partition(plan, shipped, side_bc, bundle_bytes, accumulator, inputs):
+def _stage_partition(plan, side_bc, bundle_bytes, accumulator, inputs):
     entries = side_bc.value if side_bc is not None else ()
-    return run_partition(plan, shipped, entries, inputs, bundle_bytes, accumulator)
+    return run_partition(plan, entries, inputs, bundle_bytes, accumulator)

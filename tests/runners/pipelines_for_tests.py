@@ -214,3 +214,59 @@ class OrderedListFn(beam.DoFn):
     @userstate.on_timer(DONE)
     def on_done(self, key=beam.DoFn.KeyParam, events=beam.DoFn.StateParam(EVENTS)):
         yield key, [v for _, v in events.read_range(Timestamp(10), Timestamp(90))]
+
+
+class TimerChangesFn(beam.DoFn):
+    """Logs its timer firings per key; each firing changes timers already due.
+
+    The element sets `first` (10), `gc` (40) and `end` (50). Once the input
+    is done all three are due, but `first` clears `gc` and sets `second`
+    (20): a runner that honours a callback's changes before the next firing
+    logs first@10, second@20, end@50.
+    """
+
+    LOG = userstate.BagStateSpec("log", StrUtf8Coder())
+    FIRST = userstate.TimerSpec("first", TimeDomain.WATERMARK)
+    SECOND = userstate.TimerSpec("second", TimeDomain.WATERMARK)
+    GC = userstate.TimerSpec("gc", TimeDomain.WATERMARK)
+    END = userstate.TimerSpec("end", TimeDomain.WATERMARK)
+
+    def process(
+        self,
+        element,
+        first=beam.DoFn.TimerParam(FIRST),
+        gc=beam.DoFn.TimerParam(GC),
+        end=beam.DoFn.TimerParam(END),
+    ):
+        first.set(Timestamp(10))
+        gc.set(Timestamp(40))
+        end.set(Timestamp(50))
+
+    @userstate.on_timer(FIRST)
+    def on_first(
+        self,
+        ts=beam.DoFn.TimestampParam,
+        log=beam.DoFn.StateParam(LOG),
+        second=beam.DoFn.TimerParam(SECOND),
+        gc=beam.DoFn.TimerParam(GC),
+    ):
+        log.add(f"first@{int(ts)}")
+        second.set(Timestamp(20))
+        gc.clear()
+
+    @userstate.on_timer(SECOND)
+    def on_second(self, ts=beam.DoFn.TimestampParam, log=beam.DoFn.StateParam(LOG)):
+        log.add(f"second@{int(ts)}")
+
+    @userstate.on_timer(GC)
+    def on_gc(self, ts=beam.DoFn.TimestampParam, log=beam.DoFn.StateParam(LOG)):
+        log.add(f"gc@{int(ts)}")
+
+    @userstate.on_timer(END)
+    def on_end(
+        self,
+        key=beam.DoFn.KeyParam,
+        ts=beam.DoFn.TimestampParam,
+        log=beam.DoFn.StateParam(LOG),
+    ):
+        yield f"{key}: " + ",".join([*log.read(), f"end@{int(ts)}"])

@@ -53,6 +53,20 @@ def test_processing_time_timers_fire_at_end_of_input():
         assert_that(out, equal_to(["a flushed [1, 3]", "b flushed [2]"]))
 
 
+def test_a_timer_callback_changes_timers_before_the_next_fires():
+    # Every timer is due at once when the input ends; the runner still fires
+    # them one callback at a time, so `first` clearing `gc` and setting
+    # `second` for an earlier time both take effect. (Beam's FnApiRunner
+    # fires a round of due timers family by family and logs
+    # gc@40,first@10,end@50 here.)
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        out = p | beam.Create([("a", 0), ("b", 0)]) | beam.ParDo(tp.TimerChangesFn())
+        assert_that(
+            out,
+            equal_to([f"{k}: first@10,second@20,end@50" for k in ("a", "b")]),
+        )
+
+
 def test_side_inputs_all_views():
     with beam.Pipeline(runner=SparkRunner()) as p:
         main = p | "Main" >> beam.Create([1, 2])

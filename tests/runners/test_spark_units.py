@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from apache_beam.coders import coders
 from apache_beam.portability.api import beam_runner_api_pb2
-from apache_beam.runners import pipeline_context
 from apache_beam.transforms.userstate import Timer
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
-from runners.spark.components import decode_all, encode_chunks
 from runners.spark.errors import StageFailure, from_spark_exception, summarize
 from runners.spark.options import parse_spark_conf
 from runners.spark.plan import TimerFamily
-from runners.spark.state_store import TimerStore
+from runners.spark.state_store import TimerQueue
 from runners.spark.watermark import BatchWatermark
 
 EVENT = beam_runner_api_pb2.TimeDomain.EVENT_TIME
@@ -27,96 +24,93 @@ def _timer(key: str, ts: int, tag: str = "", clear: bool = False) -> Timer:
     return Timer(key, tag, (GlobalWindow(),), clear, Timestamp(ts), Timestamp(ts), PANE)
 
 
-def _timer_store(all_due: bool = False):
-    context = pipeline_context.PipelineContext()
-    coder = coders._TimerCoder(coders.StrUtf8Coder(), coders.GlobalWindowCoder())
-    coder_id = context.coders.get_id(coder)
-    families = [
-        TimerFamily("ParDo", "a", coder_id, EVENT),
-        TimerFamily("ParDo", "p", coder_id, PROCESSING),
-    ]
-    return TimerStore(families, context, all_due), coder.get_impl()
-
-
-@pytest.fixture
-def store_and_coder():
-    return _timer_store()
-
-
-def _add(store, impl, family: str, *timers: Timer) -> None:
-    for chunk in encode_chunks(timers, impl):
-        store.add_encoded("ParDo", family, chunk)
-
-
-def _fired(store, impl, watermark) -> dict:
-    rounds = store.pop_round(watermark)
-    return {
-        family[1]: [
-            (t.user_key, int(t.fire_timestamp.micros // 10**6), t.dynamic_timer_tag)
-            for chunk in chunks
-            for t in decode_all(chunk, impl)
+def _queue() -> TimerQueue:
+    return TimerQueue(
+        [
+            TimerFamily("ParDo", "a", EVENT),
+            TimerFamily("ParDo", "p", PROCESSING),
         ]
-        for family, chunks in rounds.items()
-    }
+    )
 
 
-def test_last_set_wins_and_clear_removes(store_and_coder):
-    store, impl = store_and_coder
-    _add(store, impl, "a", _timer("k", 10), _timer("k", 20), _timer("j", 5, "t"))
-    _add(store, impl, "a", _timer("j", 0, "t", clear=True))
-    assert len(store) == 1
-    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 20, "")]}
-    assert not store.pop_round(MAX_TIMESTAMP)
+def _set(queue: TimerQueue, family: str, *timers: Timer) -> None:
+    for timer in timers:
+        queue.record("ParDo", family, timer)
 
 
-def test_each_round_fires_only_the_earliest_timers_of_each_key(store_and_coder):
-    store, impl = store_and_coder
-    _add(store, impl, "a", _timer("k", 30, "x"), _timer("k", 10, "y"), _timer("j", 20))
-    _add(store, impl, "p", _timer("k", 1))
-    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 10, "y"), ("j", 20, "")]}
-    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 30, "x")]}
-    # Processing-time timers come once no event-time timer is due.
-    assert _fired(store, impl, MAX_TIMESTAMP) == {"p": [("k", 1, "")]}
+def _pop(queue: TimerQueue, watermark=MAX_TIMESTAMP) -> tuple | None:
+    due = queue.pop_due(watermark)
+    if due is None:
+        return None
+    _, family, t = due
+    return (
+        family,
+        t.user_key,
+        int(t.fire_timestamp.micros // 10**6),
+        t.dynamic_timer_tag,
+    )
 
 
-def test_all_due_delivers_every_due_timer_in_one_round():
-    store, impl = _timer_store(all_due=True)
-    _add(store, impl, "a", _timer("k", 30, "x"), _timer("k", 10, "y"), _timer("j", 20))
-    _add(store, impl, "p", _timer("k", 1))
-    due_by_25 = {"a": [("k", 10, "y"), ("j", 20, "")]}
-    assert _fired(store, impl, Timestamp(25)) == due_by_25
-    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 30, "x")]}
-    assert _fired(store, impl, MAX_TIMESTAMP) == {"p": [("k", 1, "")]}
+def _drain(queue: TimerQueue) -> list[tuple]:
+    return list(iter(lambda: _pop(queue), None))
 
 
-def test_a_reset_timer_fires_once_at_its_new_time(store_and_coder):
-    store, impl = store_and_coder
-    _add(store, impl, "a", _timer("k", 10), _timer("k", 40, "late"))
-    _add(store, impl, "a", _timer("k", 50))  # moves the untagged timer past 40
-    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 40, "late")]}
-    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 50, "")]}
-    assert not store.pop_round(MAX_TIMESTAMP)
+def test_last_set_wins_and_clear_removes():
+    queue = _queue()
+    _set(queue, "a", _timer("k", 10), _timer("k", 20), _timer("j", 5, "t"))
+    _set(queue, "a", _timer("j", 0, "t", clear=True))
+    assert len(queue) == 1
+    assert _drain(queue) == [("a", "k", 20, "")]
+    assert not queue.has_due(MAX_TIMESTAMP)
 
 
-def test_a_timer_set_between_rounds_fires_before_later_ones(store_and_coder):
-    store, impl = store_and_coder
-    _add(store, impl, "a", _timer("k", 10), _timer("k", 90, "end"))
-    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 10, "")]}
-    # As a callback of the timer at 10 would: the next window's timer.
-    _add(store, impl, "a", _timer("k", 20))
-    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 20, "")]}
-    assert _fired(store, impl, MAX_TIMESTAMP) == {"a": [("k", 90, "end")]}
-    assert len(store) == 0
+def test_timers_fire_in_time_order_processing_time_last():
+    queue = _queue()
+    _set(queue, "a", _timer("k", 30, "x"), _timer("k", 10, "y"), _timer("j", 20))
+    _set(queue, "p", _timer("k", 1))
+    assert _drain(queue) == [
+        ("a", "k", 10, "y"),
+        ("a", "j", 20, ""),
+        ("a", "k", 30, "x"),
+        # Processing-time timers come once no event-time timer is due.
+        ("p", "k", 1, ""),
+    ]
 
 
-def test_event_time_timers_wait_for_the_watermark(store_and_coder):
-    store, impl = store_and_coder
-    _add(store, impl, "a", _timer("k", 10))
+def test_ties_fire_in_the_order_they_were_set():
+    queue = _queue()
+    _set(queue, "a", _timer("b", 10), _timer("a", 10), _timer("c", 10))
+    assert [key for _, key, _, _ in _drain(queue)] == ["b", "a", "c"]
+
+
+def test_a_reset_timer_fires_once_at_its_new_time():
+    queue = _queue()
+    _set(queue, "a", _timer("k", 10), _timer("k", 40, "late"))
+    _set(queue, "a", _timer("k", 50))  # moves the untagged timer past 40
+    assert _drain(queue) == [("a", "k", 40, "late"), ("a", "k", 50, "")]
+
+
+def test_what_a_callback_changes_applies_before_the_next_timer():
+    queue = _queue()
+    _set(queue, "a", _timer("k", 10), _timer("k", 90, "end"), _timer("k", 95, "gc"))
+    assert _pop(queue) == ("a", "k", 10, "")
+    # As the callback of the timer at 10 would: the next window's timer,
+    # and the gc timer cleared.
+    _set(queue, "a", _timer("k", 20), _timer("k", 0, "gc", clear=True))
+    assert _drain(queue) == [("a", "k", 20, ""), ("a", "k", 90, "end")]
+
+
+def test_event_time_timers_wait_for_the_watermark():
+    queue = _queue()
+    _set(queue, "a", _timer("k", 10))
     watermark = BatchWatermark()
     assert watermark.current() == MIN_TIMESTAMP
-    assert not store.pop_round(watermark.current())
+    assert not queue.has_due(watermark.current())
+    assert queue.pop_due(watermark.current()) is None
+    assert _pop(queue, Timestamp(9)) is None
     watermark.input_exhausted()
-    assert _fired(store, impl, watermark.current()) == {"a": [("k", 10, "")]}
+    assert queue.has_due(watermark.current())
+    assert _pop(queue, watermark.current()) == ("a", "k", 10, "")
 
 
 SDK_ERROR = """Traceback (most recent call last):

@@ -42,10 +42,7 @@ def run(source: pathlib.Path, output: pathlib.Path, pipeline: beam.Pipeline) -> 
     }
 
 
-@pytest.mark.parametrize("timer_rounds", ["per_key", "all_due"])
-def test_same_anomalies_counts_and_scores_as_the_direct_runner(
-    tmp_path, spark_session, timer_rounds
-):
+def test_same_anomalies_counts_and_scores_as_the_direct_runner(tmp_path, spark_session):
     # Half a day of 12 queries with episodes; individual searches, in
     # arrival order with some out of order, so the shuffle really matters.
     spec = StreamSpec(
@@ -64,9 +61,7 @@ def test_same_anomalies_counts_and_scores_as_the_direct_runner(
         tmp_path / "spark",
         beam.Pipeline(
             runner=SparkRunner(),
-            options=PipelineOptions(
-                ["--spark_master_url=local[2]", f"--spark_timer_rounds={timer_rounds}"]
-            ),
+            options=PipelineOptions(["--spark_master_url=local[2]"]),
         ),
     )
     assert direct[WINDOW_COUNTS], "the stream must produce windows"
