@@ -57,9 +57,10 @@ class UntimedStateSampler(statesampler.StateSampler):
 
     The SDK starts a thread per bundle to sample which transform is running,
     and joins it when the bundle ends, waiting out its current sleep. That
-    costs a few milliseconds per bundle, and a stateful stage runs one
-    bundle per timer round: hundreds per task. What the thread measures is
-    per-transform execution time, which this runner does not report.
+    costs a few milliseconds per bundle, and a task runs a bundle per
+    input chunk and per 10,000 fired timers, and every small stage (side
+    inputs, sinks) at least one. What the thread measures is per-transform
+    execution time, which this runner does not report.
     """
 
     def start(self) -> None:

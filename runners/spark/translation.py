@@ -86,14 +86,14 @@ class RddTranslator:
         self.leaves: list[Any] = []
         self._stage_count = 0
 
-    def _primitives(self) -> list[tuple[str, beam_runner_api_pb2.PTransform]]:
+    def _primitives(self) -> list[beam_runner_api_pb2.PTransform]:
         transforms = self._components.transforms
         found = []
 
         def walk(transform_id: str) -> None:
             proto = transforms[transform_id]
             if _is_primitive(proto):
-                found.append((transform_id, proto))
+                found.append(proto)
             else:
                 for sub in proto.subtransforms:
                     walk(sub)
@@ -104,33 +104,77 @@ class RddTranslator:
 
     def _count_consumers(self) -> collections.Counter:
         counts: collections.Counter = collections.Counter()
-        for _, proto in self._primitives():
+        for proto in self._primitives():
             counts.update(proto.inputs.values())
         return counts
 
     def translate(self) -> None:
-        """Builds RDDs for every primitive in topological order."""
-        for _, proto in self._primitives():
-            urn = proto.spec.urn
-            if urn == IMPULSE:
-                self._set(
-                    only_element(proto.outputs.values()),
-                    self._sc.parallelize([common.ENCODED_IMPULSE_VALUE], 1),
-                )
-            elif urn == FLATTEN:
-                inputs = [self._rdds[pc] for pc in proto.inputs.values()]
-                rdd = self._sc.union(inputs) if inputs else self._sc.emptyRDD()
-                self._set(only_element(proto.outputs.values()), rdd)
-            elif urn == GROUP_BY_KEY:
-                self._group_by_key(proto)
-            elif urn == RESHUFFLE:
-                self._reshuffle(proto)
-            elif urn == EXECUTABLE_STAGE:
-                self._stage(proto)
-            else:
-                raise NotImplementedError(
-                    f"SparkRunner cannot run {proto.unique_name!r} ({urn})"
-                )
+        """Builds RDDs for every primitive in topological order.
+
+        A stage that reads side inputs needs their contents on the driver
+        (they are broadcast) before its RDD can be built, and each collect
+        is a Spark job. So a primitive whose side inputs, or whose inputs'
+        side inputs, are not collected yet waits; the others go on; and when
+        nothing else can, the side inputs of all the waiting stages are
+        collected together, in one job.
+        """
+        waiting = self._primitives()
+        while waiting:
+            blocked = [p for p in waiting if not self._translate_if_ready(p)]
+            if len(blocked) == len(waiting):
+                self._collect_side_inputs(blocked)
+            waiting = blocked
+
+    def _translate_if_ready(self, proto: beam_runner_api_pb2.PTransform) -> bool:
+        if any(pc not in self._rdds for pc in _main_inputs(proto)):
+            return False
+        if any(pc not in self._side_data for pc in _side_pcollections(proto)):
+            return False
+        urn = proto.spec.urn
+        if urn == IMPULSE:
+            self._set(
+                only_element(proto.outputs.values()),
+                self._sc.parallelize([common.ENCODED_IMPULSE_VALUE], 1),
+            )
+        elif urn == FLATTEN:
+            inputs = [self._rdds[pc] for pc in proto.inputs.values()]
+            rdd = self._sc.union(inputs) if inputs else self._sc.emptyRDD()
+            self._set(only_element(proto.outputs.values()), rdd)
+        elif urn == GROUP_BY_KEY:
+            self._group_by_key(proto)
+        elif urn == RESHUFFLE:
+            self._reshuffle(proto)
+        elif urn == EXECUTABLE_STAGE:
+            self._stage(proto)
+        else:
+            raise NotImplementedError(
+                f"SparkRunner cannot run {proto.unique_name!r} ({urn})"
+            )
+        return True
+
+    def _collect_side_inputs(self, blocked: list[beam_runner_api_pb2.PTransform]):
+        wanted = list(
+            dict.fromkeys(
+                pc
+                for proto in blocked
+                for pc in _side_pcollections(proto)
+                if pc in self._rdds and pc not in self._side_data
+            )
+        )
+        if not wanted:
+            names = ", ".join(proto.unique_name for proto in blocked)
+            raise RuntimeError(f"SparkRunner: no translatable input for {names}")
+        tagged = [
+            self._rdds[pc].map(functools.partial(_with_tag, ix))
+            for ix, pc in enumerate(wanted)
+        ]
+        self._sc.setJobDescription(f"side inputs of {blocked[0].unique_name}, ...")
+        try:
+            collected = self._sc.union(tagged).collect()
+        finally:
+            self._sc.setJobDescription(None)
+        for ix, pc in enumerate(wanted):
+            self._side_data[pc] = [data for tag, data in collected if tag == ix]
 
     def _set(self, pcoll: str, rdd) -> None:
         if self._consumers[pcoll] == 0:
@@ -243,10 +287,6 @@ class RddTranslator:
             return None
         entries = []
         for side in plan.side_inputs:
-            if side.pcollection not in self._side_data:
-                self._side_data[side.pcollection] = self._rdds[
-                    side.pcollection
-                ].collect()
             coder = self._context.coders[self._windowed[side.pcollection]]
             entries.extend(
                 side_inputs.state_entries(
@@ -256,6 +296,27 @@ class RddTranslator:
         broadcast = self._sc.broadcast(entries)
         self._broadcasts.append(broadcast)
         return broadcast
+
+
+def _side_pcollections(proto: beam_runner_api_pb2.PTransform) -> list[str]:
+    """The PCollections an executable stage reads as side inputs."""
+    if proto.spec.urn != EXECUTABLE_STAGE:
+        return []
+    payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(proto.spec.payload)
+    transforms = payload.components.transforms
+    return [
+        transforms[side.transform_id].inputs[side.local_name]
+        for side in payload.side_inputs
+    ]
+
+
+def _main_inputs(proto: beam_runner_api_pb2.PTransform) -> list[str]:
+    side = set(_side_pcollections(proto))
+    return [pc for pc in proto.inputs.values() if pc not in side]
+
+
+def _with_tag(ix: int, data: bytes) -> tuple[int, bytes]:
+    return ix, data
 
 
 def _has_tag(ix: int, record: tuple[int, bytes]) -> bool:

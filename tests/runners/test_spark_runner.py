@@ -90,6 +90,27 @@ def test_side_inputs_all_views():
         assert_that(out, equal_to([(11, *expected_tail), (12, *expected_tail)]))
 
 
+def test_independent_side_inputs_are_collected_in_one_job(spark_session):
+    tracker = spark_session.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup())
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        low = p | "Low" >> beam.Create([1, 2]) | "Double" >> beam.Map(lambda x: 2 * x)
+        high = p | "High" >> beam.Create([8, 9])
+        out = (
+            p
+            | "Main" >> beam.Create([3, 10])
+            | beam.Map(
+                lambda x, lo, hi: (x, min(lo) <= x <= max(hi)),
+                lo=beam.pvalue.AsList(low),
+                hi=beam.pvalue.AsList(high),
+            )
+        )
+        assert_that(out, equal_to([(3, True), (10, False)]))
+    # One job collects both side inputs; the other runs the stages. (One job
+    # per side input would make three.)
+    assert len(set(tracker.getJobIdsForGroup()) - before) == 2
+
+
 def test_sessions_and_accumulating_trigger():
     with beam.Pipeline(runner=SparkRunner()) as p:
         sessions = (
