@@ -35,7 +35,8 @@ the same with ``reduceByKey``).
 
 Printed per engine: wall time, events/s, peak RSS of this process and all its
 descendants (the JVM and Spark's Python workers included), sampled every
-50 ms, and the ratios. The SparkSession stays up for all three, so its JVM is
+50 ms, CPU seconds of the driver, the JVM and Spark's Python workers, and
+the ratios. The SparkSession stays up for all three, so its JVM is
 in every figure: compare differences.
 """
 
@@ -137,34 +138,61 @@ class PeakRss:
             self.peak = max(self.peak, _tree_rss(os.getpid()))
 
 
-def _tree_rss(root: int) -> int:
+def _process_tree(root: int) -> dict[int, tuple[str, int, float]]:
+    """(command name, RSS bytes, CPU seconds) of `root` and its descendants.
+
+    CPU includes each process's reaped children, so Spark's Python workers
+    that exited are counted in their daemon.
+    """
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    info: dict[int, tuple[str, int, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                stat = f.read()
             with open(f"/proc/{entry}/statm") as f:
-                rss[int(entry)] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, ValueError, IndexError):
             continue
-        children.setdefault(ppid, []).append(int(entry))
-    total, stack = 0, [root]
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        cpu = sum(int(t) for t in fields[11:15]) / tick
+        info[int(entry)] = (name, rss, cpu)
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    tree, stack = {}, [root]
     while stack:
         pid = stack.pop()
-        total += rss.get(pid, 0)
+        if pid in info:
+            tree[pid] = info[pid]
         stack.extend(children.get(pid, []))
-    return total
+    return tree
+
+
+def _tree_rss(root: int) -> int:
+    return sum(rss for _, rss, _ in _process_tree(root).values())
+
+
+def _cpu_by_role() -> dict[str, float]:
+    """CPU seconds so far of this driver, the JVM and the Python workers."""
+    roles = {"driver": 0.0, "JVM": 0.0, "workers": 0.0}
+    me = os.getpid()
+    for pid, (name, _, cpu) in _process_tree(me).items():
+        role = "driver" if pid == me else "JVM" if name == "java" else "workers"
+        roles[role] += cpu
+    return roles
 
 
 def measure(name: str, events: int, run: Callable[[], object]) -> tuple[object, dict]:
     """Runs one engine; returns its counts and its figures."""
+    cpu_before = _cpu_by_role()
     with PeakRss() as rss:
         start = time.perf_counter()
         counts = run()
         seconds = time.perf_counter() - start
+    cpu = {r: t - cpu_before[r] for r, t in _cpu_by_role().items()}
     figures = {
         "engine": name,
         "seconds": seconds,
@@ -173,7 +201,8 @@ def measure(name: str, events: int, run: Callable[[], object]) -> tuple[object, 
     }
     print(
         f"{name:>12}: {seconds:7.1f} s  {events / seconds:10,.0f} events/s  "
-        f"peak RSS {rss.peak / 2**20:7.0f} MiB",
+        f"peak RSS {rss.peak / 2**20:7.0f} MiB  CPU s: "
+        + ", ".join(f"{role} {t:.1f}" for role, t in cpu.items()),
         flush=True,
     )
     return counts, figures
