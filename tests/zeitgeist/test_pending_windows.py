@@ -30,3 +30,12 @@ def test_empty_state_reads_as_no_windows():
     assert len(PendingWindows(None)) == 0
     assert PendingWindows(b"").take_through(0) == {}
     assert PendingWindows().to_bytes() == b""
+
+
+def test_membership_is_by_window_start():
+    windows = PendingWindows()
+    windows.add([(0, 1), (600, 3)])
+    assert 0 in windows and 600 in windows
+    assert 300 not in windows and 900 not in windows and -300 not in windows
+    windows.take_through(0)
+    assert 0 not in windows

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
 
@@ -33,6 +33,10 @@ class PendingWindows:
 
     def __len__(self) -> int:
         return len(self._starts)
+
+    def __contains__(self, start: int) -> bool:
+        at = bisect_left(self._starts, start)
+        return at < len(self._starts) and self._starts[at] == start
 
     def add(self, partials: Iterable[tuple[int, int]]) -> None:
         """Adds (start, count) partials; counts of one window are summed."""

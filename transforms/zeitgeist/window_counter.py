@@ -233,9 +233,13 @@ class WindowCounter(beam.DoFn):
 
         horizon_ms = self._params.activity_horizon_windows * size
         observed = input_end is None or fire_end <= input_end
-        if active is not None and active + horizon_ms >= fire_end and observed:
-            # Still active: the next window must be emitted even if no search
-            # arrives, because only its zero count reveals a dip.
+        still_active = active is not None and active + horizon_ms >= fire_end
+        # A next window that has searches already has its timer, set when
+        # they arrived. Setting it again would make Beam's FnApiRunner, which
+        # fires a whole round of due timers, fire it a second time.
+        if still_active and observed and fire_end not in windows:
+            # The next window must be emitted even if no search arrives,
+            # because only its zero count reveals a dip.
             window_end_timer.set(
                 to_timestamp(fire_end + size), dynamic_timer_tag=str(fire_end)
             )
