@@ -37,6 +37,12 @@ class SparkOptions(PipelineOptions):
             default=8 << 20,
             help="Encoded input bytes per SDK bundle within a Spark partition.",
         )
+        parser.add_argument(
+            "--spark_progress_seconds",
+            type=float,
+            default=30.0,
+            help="Log the running Spark stages' task counts this often (0: never).",
+        )
 
 
 def parse_spark_conf(pairs: list[str] | None) -> dict[str, str]:

@@ -2,14 +2,15 @@
 
 The pipeline is optimised by Beam's own phases (fusion, combiner lifting,
 SDF expansion), translated stage by stage into RDDs, and run as one Spark job
-(plus one small job per side input, which the driver collects). The call is
-synchronous: the returned result is already DONE, with user metrics merged
-through a Spark accumulator.
+(plus a job per round of side inputs, which the driver collects). The call
+is synchronous: the returned result is already DONE, with user metrics merged
+through a Spark accumulator. Progress goes to the log (``progress.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.portability import common_urns
@@ -21,6 +22,7 @@ from apache_beam.transforms import environments
 from runners.spark.errors import from_spark_exception
 from runners.spark.metrics import MetricsSnapshot, SparkMetrics
 from runners.spark.options import SparkOptions
+from runners.spark.progress import ProgressLog
 from runners.spark.session import ensure_python_env, get_or_create_session
 from runners.spark.translation import KNOWN_URNS, RddTranslator
 
@@ -79,11 +81,20 @@ class SparkRunner(runner.PipelineRunner):
         )
         spark_options = options.view_as(SparkOptions)
         session = get_or_create_session(spark_options)
-        translator = RddTranslator(optimized, session.sparkContext, spark_options)
+        sc = session.sparkContext
+        translator = RddTranslator(optimized, sc, spark_options)
+        started = time.monotonic()
         try:
-            translator.translate()
-            if translator.leaves:
-                session.sparkContext.union(translator.leaves).foreach(_discard)
+            with ProgressLog(sc, float(spark_options.spark_progress_seconds)):
+                translator.translate()
+                _LOGGER.info(
+                    "SparkRunner: running %d fused stages on %s",
+                    translator.stages,
+                    sc.master,
+                )
+                if translator.leaves:
+                    sc.union(translator.leaves).foreach(_discard)
+            _LOGGER.info("SparkRunner: done in %.1f s", time.monotonic() - started)
         except Exception as exc:
             error = from_spark_exception(exc)
             if error is None:

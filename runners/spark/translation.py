@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import logging
 from typing import Any
 
 from apache_beam.portability import common_urns
@@ -42,6 +43,8 @@ RESHUFFLE = common_urns.composites.RESHUFFLE.urn
 EXECUTABLE_STAGE = common_urns.executable_stage
 
 KNOWN_URNS = frozenset([IMPULSE, FLATTEN, GROUP_BY_KEY, RESHUFFLE])
+
+_LOGGER = logging.getLogger(__name__)
 
 
 def _is_primitive(transform: beam_runner_api_pb2.PTransform) -> bool:
@@ -84,7 +87,7 @@ class RddTranslator:
         self._persisted: list[Any] = []
         self._broadcasts: list[Any] = []
         self.leaves: list[Any] = []
-        self._stage_count = 0
+        self.stages = 0
 
     def _primitives(self) -> list[beam_runner_api_pb2.PTransform]:
         transforms = self._components.transforms
@@ -168,6 +171,11 @@ class RddTranslator:
             self._rdds[pc].map(functools.partial(_with_tag, ix))
             for ix, pc in enumerate(wanted)
         ]
+        _LOGGER.info(
+            "SparkRunner: collecting %d side input(s) for %d waiting transform(s)",
+            len(wanted),
+            len(blocked),
+        )
         self._sc.setJobDescription(f"side inputs of {blocked[0].unique_name}, ...")
         try:
             collected = self._sc.union(tagged).collect()
@@ -243,9 +251,9 @@ class RddTranslator:
         payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(
             proto.spec.payload
         )
-        self._stage_count += 1
+        self.stages += 1
         plan = build_stage_plan(
-            f"stage {self._stage_count}",
+            f"stage {self.stages}",
             proto,
             self._components,
             self._windowed,

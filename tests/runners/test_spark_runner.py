@@ -4,8 +4,10 @@ metrics, options and error surfacing."""
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import sys
+import time
 
 import apache_beam as beam
 import pipelines_for_tests as tp
@@ -204,6 +206,24 @@ def test_user_error_surfaces_python_exception():
     assert "_explode" in str(error)
     assert "py4j" not in str(error).lower()
     assert len(str(error).splitlines()) < 15
+
+
+def _slow_identity(element):
+    time.sleep(1.0)
+    return element
+
+
+def test_a_long_run_logs_its_progress(caplog):
+    caplog.set_level(logging.INFO, logger="runners.spark")
+    options = PipelineOptions(["--spark_progress_seconds=0.2"])
+    with beam.Pipeline(runner=SparkRunner(), options=options) as p:
+        out = p | beam.Create([1, 2]) | beam.Map(_slow_identity)
+        assert_that(out, equal_to([1, 2]))
+    progress = [r.getMessage() for r in caplog.records if r.name.endswith("progress")]
+    assert any("Spark stage(s) running, tasks" in line for line in progress), progress
+    assert any(
+        r.getMessage().startswith("SparkRunner: done in") for r in caplog.records
+    )
 
 
 def test_runner_selected_by_dotted_name():
