@@ -1,6 +1,6 @@
 """Photon pipeline joined clicks/s on the DirectRunner and the SparkRunner.
 
-    python benchmarks/photon_throughput.py [--clicks 500000]
+    python benchmarks/photon_throughput.py [--clicks 1000000]
         [--runners DirectRunner,SparkRunner] [--clicks_per_minute 1000]
         [--runs 1] [--seed 1] [--shards 64]
 
@@ -14,10 +14,9 @@ tables. Joined clicks/s is joined clicks over the wall time of
 `pipeline.run()` to the end of the job; every run's output is checked against
 the generator's truth. Prints each runner's median, then the ratio
 SparkRunner / DirectRunner (`--runner=SparkRunner` is this project's runner).
-The emulator shares the machine's cores with the job. The default size is
-the largest tried that runs within about 10 minutes per runner on 2 cores:
-`--clicks 1000000` takes about 6 minutes on the DirectRunner and 15 on the
-SparkRunner (see docs/photon.md).
+The emulator shares the machine's cores with the job. At the default size,
+a million clicks, each runner takes about 6 minutes or less on 2 cores (see
+docs/photon.md).
 """
 
 import argparse
@@ -55,7 +54,7 @@ CLICKS_PER_QUERY = 1.5 * 1.05 * 1.1
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clicks", type=int, default=500_000)
+    parser.add_argument("--clicks", type=int, default=1_000_000)
     parser.add_argument("--runners", default="DirectRunner,SparkRunner")
     parser.add_argument("--clicks_per_minute", type=float, default=1000.0)
     parser.add_argument("--runs", type=int, default=1)

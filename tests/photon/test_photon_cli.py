@@ -94,13 +94,21 @@ def pipeline_args(logs, bigtable_instance, output, pipeline_id, *extra):
     )
 
 
+@pytest.mark.parametrize("west_runner", ["DirectRunner", "SparkRunner"])
 def test_two_concurrent_pipelines_output_each_click_once(
-    logs, bigtable_instance, tmp_path
+    logs, bigtable_instance, tmp_path, west_runner
 ):
+    # With SparkRunner, "west" is this project's runner on local[2], joining
+    # and registering against the same tables as "east" on the DirectRunner.
     outputs = {name: tmp_path / name for name in ("east", "west")}
+    runner_args = {
+        "east": ["--runner=DirectRunner"],
+        "west": [f"--runner={west_runner}", "--spark_master_url=local[2]"],
+    }
     running = [
         start_cli(
-            "pipelines.photon", *pipeline_args(logs, bigtable_instance, out, name)
+            "pipelines.photon",
+            *pipeline_args(logs, bigtable_instance, out, name, *runner_args[name]),
         )
         for name, out in outputs.items()
     ]
