@@ -13,7 +13,7 @@ from transforms.photon import (
     RegistryLayout,
     older_than_horizon,
 )
-from transforms.photon.id_registry import row_key
+from transforms.photon.id_registry import LAYOUT_ROW, LayoutMismatch, row_key
 
 LAYOUT = RegistryLayout(buckets=4, slice_ms=10 * MINUTE)
 
@@ -33,8 +33,20 @@ def registry(bigtable_instance):
 
 
 def registry_rows(bigtable_instance):
+    """The table's click rows (the layout record left out)."""
     table = bigtable_instance.instance().table("id_registry")
-    return {row.row_key: row for row in table.read_rows()}
+    return {row.row_key: row for row in table.read_rows() if row.row_key != LAYOUT_ROW}
+
+
+def test_a_pipeline_with_another_layout_refuses_the_table(registry, bigtable_instance):
+    target = target_of(bigtable_instance)
+    same = IdRegistry(target, gc_days=3, layout=LAYOUT)
+    same.close()
+    other = RegistryLayout(buckets=LAYOUT.buckets * 2, slice_ms=LAYOUT.slice_ms)
+    with pytest.raises(LayoutMismatch, match="buckets=4 slice_ms=600000"):
+        IdRegistry(target, gc_days=3, layout=other)
+    # The refused registry changed nothing: the first layout still works.
+    assert registry.register(ClickRef("c", T0), "A") is Outcome.REGISTERED
 
 
 def test_first_token_wins_and_retries_with_it_are_idempotent(registry):

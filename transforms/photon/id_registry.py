@@ -27,6 +27,13 @@ registrations into one transaction:
 
 One id alone (``register``) is the same write with a one-column predicate.
 
+Every pipeline sharing a registry must use the same layout, or one click
+could map to two rows and be won twice. The table records the layout of the
+first registry that opens it (``LAYOUT_ROW``); a registry with another
+layout refuses to start. Each registry that opens the table rewrites the
+record, so it ages out under GC only once no pipeline has opened the
+registry for ``gc_days``, and by then no registration it described is left.
+
 Garbage collection is Bigtable's (``id_registry_table(gc_days)``: cells older
 than N days go), cell by cell. Cells carry the wall-clock time of
 registration, so an entry lives at least N days past its click's event time;
@@ -46,6 +53,7 @@ from google.cloud.bigtable.data import (
     BigtableDataClient,
     DeleteRangeFromColumn,
     ReadRowsQuery,
+    SetCell,
 )
 from google.cloud.bigtable.data import row_filters as rf
 
@@ -69,6 +77,14 @@ _MAX_ROUNDS = 10
 # Ids per conditional write: bounds the size of one request's predicate (a
 # union of exact columns, narrowed first to the range the sorted ids span).
 COLUMNS_PER_WRITE = 128
+# The row recording the table's layout. Click rows start with four hex
+# digits (``deterministic_row_key``), so this key is never a click's row.
+LAYOUT_ROW = b"~layout"
+_LAYOUT_COLUMN = b"layout"
+
+
+class LayoutMismatch(ValueError):
+    """The registry table was laid out differently by another pipeline."""
 
 
 class Outcome(enum.Enum):
@@ -149,6 +165,34 @@ class IdRegistry:
         )
         self._client = BigtableDataClient(project=target.project)
         self._table = self._client.get_table(target.instance_id, target.registry_table)
+        try:
+            self._claim_layout(target.registry_table)
+        except LayoutMismatch:
+            self.close()
+            raise
+
+    def _claim_layout(self, table_name: str) -> None:
+        """Records this layout in the table if none is, else checks it."""
+        mine = _layout_value(self._layout)
+        now_micros = time.time_ns() // 1_000_000 * 1000  # Bigtable's granularity
+        record = SetCell(ID_REGISTRY_FAMILY, _LAYOUT_COLUMN, mine, now_micros)
+        # Written only if absent: of two pipelines starting together, the
+        # first write wins and the other reads it below.
+        self._table.check_and_mutate_row(
+            LAYOUT_ROW, _column(_LAYOUT_COLUMN), false_case_mutations=[record]
+        )
+        row = self._table.read_row(LAYOUT_ROW, row_filter=_latest_cells())
+        cells = row.get_cells(ID_REGISTRY_FAMILY, _LAYOUT_COLUMN) if row else []
+        recorded = cells[0].value if cells else None
+        if recorded is not None and recorded != mine:
+            raise LayoutMismatch(
+                f"id registry table {table_name!r} is laid out as "
+                f"{recorded.decode()}, this pipeline as {mine.decode()}: every "
+                "pipeline sharing a registry must use the same layout "
+                "(registry.buckets and registry.slice_minutes in its config), "
+                "or a click could be joined twice"
+            )
+        self._table.mutate_row(LAYOUT_ROW, record)  # keeps it ahead of GC
 
     def close(self) -> None:
         self._client.close()
@@ -274,6 +318,10 @@ class IdRegistry:
             held_by_token,
             true_case_mutations=[DeleteRangeFromColumn(ID_REGISTRY_FAMILY, qualifier)],
         )
+
+
+def _layout_value(layout: RegistryLayout) -> bytes:
+    return f"buckets={layout.buckets} slice_ms={layout.slice_ms}".encode()
 
 
 def _settle(
