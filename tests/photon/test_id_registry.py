@@ -74,6 +74,30 @@ def test_a_batch_is_one_row_per_bucket_and_slice_holding_many_ids(
     assert {row_key(click, LAYOUT) for click in batch} == set(rows)
 
 
+def test_another_occurrence_of_a_click_is_repeated_not_mine(registry):
+    first = ClickRef("c", T0, occurrence="r1")
+    relogged = ClickRef("c", T0, occurrence="r1-relogged")
+    assert registry.register(first, "A") is Outcome.REGISTERED
+    assert registry.register(first, "A") is Outcome.ALREADY_MINE  # a retry
+    assert registry.register(relogged, "A") is Outcome.REPEATED
+    assert registry.register(relogged, "B") is Outcome.DUPLICATE
+    assert registry.owners([first]) == {"c": "A#r1"}
+    assert not Outcome.REPEATED.owned
+
+
+def test_two_occurrences_in_one_batch_register_the_first(registry):
+    a, b = ClickRef("c", T0, "r1"), ClickRef("c", T0, "r2")
+    assert registry.register_many([a, b, a], "A") == [
+        Outcome.REGISTERED,
+        Outcome.REPEATED,
+        Outcome.REGISTERED,
+    ]
+    assert registry.register_many([b, a], "A") == [
+        Outcome.REPEATED,
+        Outcome.ALREADY_MINE,
+    ]
+
+
 def test_a_mixed_batch_settles_each_id_by_its_holder(registry):
     mine, theirs, new = clicks("m", 30), clicks("t", 30), clicks("n", 30)
     registry.register_many(mine, "A")

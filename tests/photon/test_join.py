@@ -159,6 +159,26 @@ def test_duplicated_clicks_are_output_once(bigtable_instance):
         expect(out[WASTED], joined_pair, [], "Wasted")
 
 
+def test_a_duplicate_the_joiner_forgot_is_not_output_again(bigtable_instance):
+    # The joiner remembers a click id for the query's TTL only. A relogged
+    # copy seen later (here: by a second run of the same pipeline, which
+    # remembers nothing) reaches the registry, where another occurrence of
+    # this pipeline holds c7. A replay of the original occurrence is still
+    # an idempotent retry.
+    original = [query("q7", T0), click("c7", "q7", T0 + 1, record_id="r7")]
+    relogged = [query("q7", T0), click("c7", "q7", T0 + 1, record_id="r7-again")]
+    target = target_of(bigtable_instance)
+    for name, events, expected in [
+        ("First", original, ["c7"]),
+        ("Relogged", relogged, []),
+        ("Replay", original, ["c7"]),
+    ]:
+        with pipeline() as p:
+            out = join(p, events, target, token="A", join=PARAMS, registry=REGISTRY)
+            expect(out[JOINED], lambda j: j.click.click_id, expected, name)
+            expect(out[WASTED], lambda j: j.click.click_id, [], f"{name}Wasted")
+
+
 def test_a_second_pipeline_wastes_clicks_the_first_registered(bigtable_instance):
     events = [query("q5", T0), click("c5", "q5", T0 + 1), click("c6", "q5", T0 + 2)]
     target = target_of(bigtable_instance)

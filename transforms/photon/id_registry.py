@@ -21,9 +21,15 @@ registrations into one transaction:
   ``REGISTERED``;
 - a row whose predicate matched: the group's columns are read. An id held
   by the same token is ``ALREADY_MINE`` (a retried bundle or a retried RPC
-  is idempotent), one held by another token is ``DUPLICATE`` (the caller
+  is idempotent), one held by another occurrence of the click under the
+  same pipeline token is ``REPEATED`` (a duplicate the joiner no longer
+  remembered), one held by another pipeline is ``DUPLICATE`` (the caller
   drops its copy and counts a wasted join), and the rest are sent again the
   same way, for a bounded number of rounds.
+
+A click's token is its pipeline's token, followed by ``#`` and the click's
+occurrence (its ``record_id``) when it has one: a retried bundle replays the
+same occurrence, and a duplicate copy of the click is another.
 
 One id alone (``register``) is the same write with a one-column predicate.
 
@@ -92,19 +98,27 @@ class Outcome(enum.Enum):
 
     REGISTERED = "registered"  # inserted now: this caller owns the click
     ALREADY_MINE = "already_mine"  # registered before with the same token
-    DUPLICATE = "duplicate"  # registered by another token: a wasted join
+    REPEATED = "repeated"  # another occurrence, same pipeline: a duplicate click
+    DUPLICATE = "duplicate"  # registered by another pipeline: a wasted join
 
     @property
     def owned(self) -> bool:
-        return self is not Outcome.DUPLICATE
+        return self in (Outcome.REGISTERED, Outcome.ALREADY_MINE)
 
 
 class ClickRef(NamedTuple):
     """What the registry needs of a click: its id and its event time, which
-    together choose the registry row."""
+    together choose the registry row, and which occurrence of the click this
+    is (its ``record_id``; empty when the log has none)."""
 
     click_id: str
     event_time_ms: int
+    occurrence: str = ""
+
+
+def occurrence_token(token: str, click: ClickRef) -> str:
+    """The token ``click`` is registered under by the pipeline ``token``."""
+    return f"{token}#{click.occurrence}" if click.occurrence else token
 
 
 def row_key(click: ClickRef, layout: RegistryLayout) -> bytes:
@@ -203,20 +217,22 @@ class IdRegistry:
         return self.register_many([click], token)[0]
 
     def register_many(self, clicks: Sequence[ClickRef], token: str) -> list[Outcome]:
-        """Register each click for ``token``; the outcomes, in order.
+        """Register each click for the pipeline ``token``; the outcomes, in order.
 
         One conditional write per registry row the batch touches (see the
-        module docstring); a click listed twice gets the same outcome twice.
-        An id that is neither settled nor left free after ``_MAX_ROUNDS``
-        rounds (something keeps deleting registry cells) raises.
+        module docstring). A click listed twice as the same occurrence gets
+        the same outcome twice; of two occurrences of one click id, the first
+        listed is registered and the other is ``REPEATED``. An id that is
+        neither settled nor left free after ``_MAX_ROUNDS`` rounds (something
+        keeps deleting registry cells) raises.
         """
         outcomes: list[Outcome | None] = [None] * len(clicks)
+        tokens = [occurrence_token(token, c).encode() for c in clicks]
         pending = self._group(clicks)
-        value = token.encode()
         for _ in range(_MAX_ROUNDS):
             if not pending:
                 return outcomes  # type: ignore[return-value]
-            pending = self._register_round(pending, value, outcomes)
+            pending = self._register_round(pending, token.encode(), tokens, outcomes)
         left = sum(len(ids) for ids in pending.values())
         raise RuntimeError(
             f"{left} registrations were still contested after {_MAX_ROUNDS} "
@@ -231,7 +247,11 @@ class IdRegistry:
         return groups
 
     def _register_round(
-        self, pending: _Groups, token: bytes, outcomes: list[Outcome | None]
+        self,
+        pending: _Groups,
+        pipeline: bytes,
+        tokens: list[bytes],
+        outcomes: list[Outcome | None],
     ) -> _Groups:
         """One conditional write per row (per chunk of a large row); settles
         what it can and returns the groups to try again."""
@@ -247,7 +267,11 @@ class IdRegistry:
             ConditionalWrite(
                 row,
                 _any_column_pb(qualifiers),
-                if_false=[_set_cell_pb(q, token, now_micros) for q in qualifiers],
+                if_false=[
+                    # An id's first listed occurrence is the one written.
+                    _set_cell_pb(q, tokens[pending[row][q][0]], now_micros)
+                    for q in qualifiers
+                ],
             )
             for row, qualifiers in chunks
         ]
@@ -259,7 +283,13 @@ class IdRegistry:
                 if hit:
                     contested.setdefault(row, {})[qualifier] = positions
                 else:
-                    _settle(outcomes, positions, Outcome.REGISTERED)
+                    written = tokens[positions[0]]
+                    for i in positions:
+                        outcomes[i] = (
+                            Outcome.REGISTERED
+                            if tokens[i] == written
+                            else Outcome.REPEATED
+                        )
         holders = self._holders(contested)
         retry: _Groups = {}
         for row, columns in contested.items():
@@ -267,10 +297,9 @@ class IdRegistry:
                 holder = holders.get((row, qualifier))
                 if holder is None:  # free when read: try again
                     retry.setdefault(row, {})[qualifier] = positions
-                elif holder == token:
-                    _settle(outcomes, positions, Outcome.ALREADY_MINE)
-                else:
-                    _settle(outcomes, positions, Outcome.DUPLICATE)
+                    continue
+                for i in positions:
+                    outcomes[i] = _held_outcome(holder, tokens[i], pipeline)
         return retry
 
     def _holders(self, groups: _Groups) -> dict[tuple[bytes, bytes], bytes]:
@@ -298,7 +327,8 @@ class IdRegistry:
         }
 
     def release(self, click: ClickRef, token: str) -> bool:
-        """Delete ``click``'s registration iff ``token`` holds it.
+        """Delete ``click``'s registration iff ``token`` (as ``owners``
+        reports it) holds it.
 
         Used by verification to hand a click that was registered but never
         output back to the join; conditional, so a registration taken over
@@ -324,11 +354,13 @@ def _layout_value(layout: RegistryLayout) -> bytes:
     return f"buckets={layout.buckets} slice_ms={layout.slice_ms}".encode()
 
 
-def _settle(
-    outcomes: list[Outcome | None], positions: list[int], outcome: Outcome
-) -> None:
-    for i in positions:
-        outcomes[i] = outcome
+def _held_outcome(holder: bytes, token: bytes, pipeline: bytes) -> Outcome:
+    """What it means for ``token`` that ``holder`` holds the click."""
+    if holder == token:
+        return Outcome.ALREADY_MINE
+    if holder == pipeline or holder.startswith(pipeline + b"#"):
+        return Outcome.REPEATED
+    return Outcome.DUPLICATE
 
 
 def _column(qualifier: bytes) -> rf.RowFilter:

@@ -43,7 +43,8 @@ deterministic. Late data needs no special case: a late click joins at once
 if its query is cached, and otherwise its deadline slot (already behind the
 watermark) fires at the next watermark advance and consults the event store.
 A duplicate arriving after its entry was removed is not recognised here; the
-id registry stops it only if another pipeline holds the click.
+id registry stops it (``REPEATED``) when its ``record_id`` differs from the
+registered copy's, and as a wasted join when another pipeline holds it.
 """
 
 from __future__ import annotations

@@ -13,13 +13,17 @@ For each candidate ``JoinedClick``:
 - older than the registry's GC horizon (by ``RegistryParams.now_ms`` or the
   wall clock): ``unjoinable`` with reason ``OLDER_THAN_GC_HORIZON``, never
   registered (the registry may have forgotten an earlier join of it);
-- registered now, or already under this pipeline's token (a retried
+- registered now, or already under this occurrence's token (a retried
   bundle): output as ``joined``;
-- registered under another token: output as ``wasted``, and counted.
+- registered for another occurrence of the click by this pipeline (a
+  duplicate that came after the joiner forgot the click id): dropped, and
+  counted with the joiner's ``duplicate_clicks``;
+- registered by another pipeline: output as ``wasted``, and counted.
 
 Outputs keep the candidate's timestamp and window. The token is the
 pipeline's identity: every copy of the pipeline must use its own, and a
-restarted pipeline that replays its input must reuse its old one.
+restarted pipeline that replays its input must reuse its old one. Each click
+is registered under the token and its ``record_id`` (``occurrence_token``).
 """
 
 from __future__ import annotations
@@ -63,14 +67,18 @@ class RegisterJoins(beam.DoFn):
     def __init__(
         self, target: BigtableTarget, token: str, params: RegistryParams
     ) -> None:
-        if not token:
-            raise ValueError("the registration token must be non-empty")
+        if not token or "#" in token:
+            raise ValueError(
+                f"the registration token must be non-empty and without '#' "
+                f"(it separates the click's occurrence), got {token!r}"
+            )
         self._target = target
         self._token = token
         self._params = params
         counter = lambda name: Metrics.counter(METRICS_NAMESPACE, name)  # noqa: E731
         self._joined = counter("clicks_joined")
         self._wasted = counter("wasted_joins")
+        self._repeated = counter("duplicate_clicks")
         self._retried = counter("registrations_already_mine")
         self._too_old = counter("unjoinable_older_than_gc_horizon")
         self._lost = counter("lost_after_register")
@@ -126,13 +134,17 @@ class RegisterJoins(beam.DoFn):
             return
         self._batches.update(len(batch))
         clicks = [
-            ClickRef(c.value.click.click_id, c.value.click.event_time) for c in batch
+            ClickRef(c.click_id, c.event_time, c.record_id)
+            for c in (candidate.value.click for candidate in batch)
         ]
         outcomes = self._registry.register_many(clicks, self._token)
         for candidate, outcome in zip(batch, outcomes, strict=True):
             if outcome is Outcome.DUPLICATE:
                 self._wasted.inc()
                 yield beam.pvalue.TaggedOutput(WASTED, candidate)
+                continue
+            if outcome is Outcome.REPEATED:
+                self._repeated.inc()
                 continue
             if outcome is Outcome.ALREADY_MINE:
                 self._retried.inc()
