@@ -175,24 +175,32 @@ def _tree_rss(root: int) -> int:
     return sum(rss for _, rss, _ in _process_tree(root).values())
 
 
-def _cpu_by_role() -> dict[str, float]:
-    """CPU seconds so far of this driver, the JVM and the Python workers."""
-    roles = {"driver": 0.0, "JVM": 0.0, "workers": 0.0}
+def _cpu_by_process() -> dict[int, tuple[str, float]]:
+    """(role, CPU seconds so far) of this driver, the JVM and Python workers."""
     me = os.getpid()
-    for pid, (name, _, cpu) in _process_tree(me).items():
-        role = "driver" if pid == me else "JVM" if name == "java" else "workers"
-        roles[role] += cpu
-    return roles
+    return {
+        pid: ("driver" if pid == me else "JVM" if name == "java" else "workers", cpu)
+        for pid, (name, _, cpu) in _process_tree(me).items()
+    }
+
+
+def _cpu_since(before: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds per role since ``before``, of the processes alive now (a
+    worker that exited in between takes its CPU with it)."""
+    used = {"driver": 0.0, "JVM": 0.0, "workers": 0.0}
+    for pid, (role, cpu) in _cpu_by_process().items():
+        used[role] += cpu - before.get(pid, (role, 0.0))[1]
+    return used
 
 
 def measure(name: str, events: int, run: Callable[[], object]) -> tuple[object, dict]:
     """Runs one engine; returns its counts and its figures."""
-    cpu_before = _cpu_by_role()
+    cpu_before = _cpu_by_process()
     with PeakRss() as rss:
         start = time.perf_counter()
         counts = run()
         seconds = time.perf_counter() - start
-    cpu = {r: t - cpu_before[r] for r, t in _cpu_by_role().items()}
+    cpu = _cpu_since(cpu_before)
     figures = {
         "engine": name,
         "seconds": seconds,
