@@ -21,6 +21,10 @@ Parquet file once, then
 
 The non-empty windows of both Beam runs' window_counts must equal the RDD
 job's counts (OK or MISMATCH; zero-count windows are the pipeline's own).
+Before the timed runs each engine runs once, untimed, on
+``--warmup_events`` (50,000) other searches: the figures are then
+steady-state, without the JVM's JIT compilation and the first-use costs of
+Spark's Python workers. ``--warmup_events 0`` measures cold runs.
 
 ``--events_list N1,N2,...`` then runs SparkRunner on each size, each in a
 fresh interpreter, and prints the peak RSS of the driver process alone (not
@@ -43,6 +47,7 @@ in every figure: compare differences.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import operator
 import os
@@ -330,26 +335,28 @@ def zeitgeist_rdd(session, source: Path) -> list[tuple[str, int, int]]:
 def run_zeitgeist(args: argparse.Namespace, session, spark_args: list[str]) -> None:
     """The Zeitgeist job on the three engines, on one Parquet file."""
     with tempfile.TemporaryDirectory(prefix="runner_throughput_") as tmp:
+        spark_beam = ["--runner=SparkRunner", *spark_args]
+        engines: dict[str, Callable[[Path, str], object]] = {
+            "SparkRunner": lambda src, out: zeitgeist_beam(src, Path(out), spark_beam),
+            "pyspark-rdd": lambda src, out: zeitgeist_rdd(session, src),
+        }
+        if not args.skip_direct:
+            engines["DirectRunner"] = lambda src, out: zeitgeist_beam(
+                src, Path(out), []
+            )
+        if args.warmup_events:
+            warmup = Path(tmp) / "warmup.parquet"
+            write_searches(args.warmup_events, args.seed + 1, warmup)
+            print(f"warm-up: each engine once on {args.warmup_events:,} events")
+            for name, run in engines.items():
+                run(warmup, f"{tmp}/warmup-{name}")
         source = Path(tmp) / "searches.parquet"
         events = write_searches(args.events, args.seed, source)
         print(f"zeitgeist: {events:,} events, master {args.master}", flush=True)
-        spark_beam = ["--runner=SparkRunner", *spark_args]
         results = [
-            measure(
-                "SparkRunner",
-                events,
-                lambda: zeitgeist_beam(source, Path(tmp, "spark"), spark_beam),
-            ),
-            measure("pyspark-rdd", events, lambda: zeitgeist_rdd(session, source)),
+            measure(name, events, functools.partial(run, source, f"{tmp}/{name}"))
+            for name, run in engines.items()
         ]
-        if not args.skip_direct:
-            results.append(
-                measure(
-                    "DirectRunner",
-                    events,
-                    lambda: zeitgeist_beam(source, Path(tmp, "direct"), []),
-                )
-            )
     print_table(results, lambda counts: sum(n for *_, n in counts))
     print_ratios(results)
 
@@ -435,6 +442,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--skip_direct", action="store_true")
     parser.add_argument("--seed", type=int, default=7, help="Zeitgeist generator seed")
+    parser.add_argument(
+        "--warmup_events",
+        type=int,
+        default=50_000,
+        help="Zeitgeist: run each engine once on this many events first, "
+        "untimed, so that figures are steady-state (0: measure cold runs)",
+    )
     parser.add_argument(
         "--events_list",
         type=_sizes,
