@@ -362,8 +362,12 @@ def run_zeitgeist(args: argparse.Namespace, session, spark_args: list[str]) -> N
 
 
 def spark_child(source: str, output: str, master: str) -> None:
-    """In a fresh interpreter: one SparkRunner run; prints its figures as JSON."""
-    from zeitgeist_throughput import run_pipeline
+    """In a fresh interpreter: one SparkRunner run; prints its figures as JSON.
+
+    "driver" is this process's own peak RSS, without the JVM and Spark's
+    Python workers, which are other processes.
+    """
+    from zeitgeist_throughput import own_peak_rss, run_pipeline
 
     beam_args = [
         "--runner=SparkRunner",
@@ -372,21 +376,7 @@ def spark_child(source: str, output: str, master: str) -> None:
     ]
     with PeakRss() as rss:
         seconds = run_pipeline(source, Path(output), beam_args)
-    print(json.dumps({"seconds": seconds, "driver": _own_peak_rss(), "tree": rss.peak}))
-
-
-def _own_peak_rss() -> int:
-    """Peak RSS in bytes of this process alone (VmHWM), without the JVM and
-    Spark's Python workers, which are other processes.
-
-    Not ``ru_maxrss``: Linux carries the parent's high-water mark into a
-    child across fork and exec, and the parent holds the generated stream.
-    """
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
+    print(json.dumps({"seconds": seconds, "driver": own_peak_rss(), "tree": rss.peak}))
 
 
 def scale_point(events: int, seed: int, master: str) -> dict:

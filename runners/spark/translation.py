@@ -129,9 +129,10 @@ class RddTranslator:
             waiting = blocked
 
     def _translate_if_ready(self, proto: beam_runner_api_pb2.PTransform) -> bool:
-        if any(pc not in self._rdds for pc in _main_inputs(proto)):
+        side = _side_pcollections(proto)
+        if any(pc not in self._side_data for pc in side):
             return False
-        if any(pc not in self._side_data for pc in _side_pcollections(proto)):
+        if any(pc not in self._rdds for pc in proto.inputs.values() if pc not in side):
             return False
         urn = proto.spec.urn
         if urn == IMPULSE:
@@ -316,11 +317,6 @@ def _side_pcollections(proto: beam_runner_api_pb2.PTransform) -> list[str]:
         transforms[side.transform_id].inputs[side.local_name]
         for side in payload.side_inputs
     ]
-
-
-def _main_inputs(proto: beam_runner_api_pb2.PTransform) -> list[str]:
-    side = set(_side_pcollections(proto))
-    return [pc for pc in proto.inputs.values() if pc not in side]
 
 
 def _with_tag(ix: int, data: bytes) -> tuple[int, bytes]:
