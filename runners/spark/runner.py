@@ -73,12 +73,7 @@ class SparkRunner(runner.PipelineRunner):
                 "SparkRunner runs batch pipelines; streaming is not supported yet"
             )
         self._check_requirements(pipeline)
-        optimized = translations.optimize_pipeline(
-            pipeline,
-            phases=translations.standard_optimize_phases(),
-            known_runner_urns=KNOWN_URNS,
-            partial=False,
-        )
+        optimized = optimize(pipeline)
         spark_options = options.view_as(SparkOptions)
         session = get_or_create_session(spark_options)
         sc = session.sparkContext
@@ -88,9 +83,10 @@ class SparkRunner(runner.PipelineRunner):
             with ProgressLog(sc, float(spark_options.spark_progress_seconds)):
                 translator.translate()
                 _LOGGER.info(
-                    "SparkRunner: running %d fused stages on %s",
+                    "SparkRunner: running %d fused stages on %s (%d ran on the driver)",
                     translator.stages,
                     sc.master,
+                    translator.stages_on_driver,
                 )
                 if translator.leaves:
                     sc.union(translator.leaves).foreach(_discard)
@@ -116,6 +112,17 @@ class SparkRunner(runner.PipelineRunner):
                 raise NotImplementedError(
                     "TestStream needs streaming, which SparkRunner does not run yet"
                 )
+
+
+def optimize(pipeline: beam_runner_api_pb2.Pipeline) -> beam_runner_api_pb2.Pipeline:
+    """Beam's own phases (fusion, combiner lifting, SDF expansion) down to
+    fused stages and the primitives this runner translates."""
+    return translations.optimize_pipeline(
+        pipeline,
+        phases=translations.standard_optimize_phases(),
+        known_runner_urns=KNOWN_URNS,
+        partial=False,
+    )
 
 
 def _discard(_record) -> None:

@@ -8,7 +8,8 @@ Every PCollection becomes an RDD of encoded windowed-value chunks:
 - Reshuffle: elements spread over partitions (also splits restrictions of
   splittable DoFns before they are processed).
 - Executable stage: ``mapPartitions`` through the stage executor, after a
-  shuffle by key when the stage holds user state or timers.
+  shuffle by key when the stage holds user state or timers; or, for the
+  small Impulse-rooted stages of ``driver_stages``, a call on the driver.
 
 RDDs read by more than one consumer are persisted so that user code, and
 its side effects and metrics, run once.
@@ -31,16 +32,20 @@ from pyspark import SparkContext, StorageLevel
 
 from runners.spark import keyed, side_inputs
 from runners.spark.components import add_windowed_coders, context_from_bytes
+from runners.spark.driver_stages import (
+    EXECUTABLE_STAGE,
+    IMPULSE,
+    driver_stages,
+    side_pcollections,
+)
 from runners.spark.metrics import MetricsAccumulatorParam, MetricsSnapshot
 from runners.spark.options import SparkOptions
 from runners.spark.plan import StagePlan, build_stage_plan
 from runners.spark.stage_executor import run_partition
 
-IMPULSE = common_urns.primitives.IMPULSE.urn
 FLATTEN = common_urns.primitives.FLATTEN.urn
 GROUP_BY_KEY = common_urns.primitives.GROUP_BY_KEY.urn
 RESHUFFLE = common_urns.composites.RESHUFFLE.urn
-EXECUTABLE_STAGE = common_urns.executable_stage
 
 KNOWN_URNS = frozenset([IMPULSE, FLATTEN, GROUP_BY_KEY, RESHUFFLE])
 
@@ -82,12 +87,16 @@ class RddTranslator:
         self._context = context_from_bytes(self._shipped)
         self.accumulator = sc.accumulator(MetricsSnapshot(), MetricsAccumulatorParam())
         self._rdds: dict[str, Any] = {}
-        self._side_data: dict[str, list[bytes]] = {}
+        # Encoded chunks the driver holds: collected side inputs, Impulse
+        # outputs and the outputs of the stages it runs itself.
+        self._on_driver: dict[str, list[bytes]] = {}
         self._consumers = self._count_consumers()
+        self._driver_stages = driver_stages(self._primitives())
         self._persisted: list[Any] = []
         self._broadcasts: list[Any] = []
         self.leaves: list[Any] = []
         self.stages = 0
+        self.stages_on_driver = 0
 
     def _primitives(self) -> list[beam_runner_api_pb2.PTransform]:
         transforms = self._components.transforms
@@ -129,17 +138,18 @@ class RddTranslator:
             waiting = blocked
 
     def _translate_if_ready(self, proto: beam_runner_api_pb2.PTransform) -> bool:
-        side = _side_pcollections(proto)
-        if any(pc not in self._side_data for pc in side):
+        side = side_pcollections(proto)
+        if any(pc not in self._on_driver for pc in side):
             return False
-        if any(pc not in self._rdds for pc in proto.inputs.values() if pc not in side):
+        on_driver = proto.unique_name in self._driver_stages
+        available = self._on_driver if on_driver else self._rdds
+        if any(pc not in available for pc in proto.inputs.values() if pc not in side):
             return False
         urn = proto.spec.urn
         if urn == IMPULSE:
-            self._set(
-                only_element(proto.outputs.values()),
-                self._sc.parallelize([common.ENCODED_IMPULSE_VALUE], 1),
-            )
+            out_pc = only_element(proto.outputs.values())
+            self._on_driver[out_pc] = [common.ENCODED_IMPULSE_VALUE]
+            self._set(out_pc, self._sc.parallelize([common.ENCODED_IMPULSE_VALUE], 1))
         elif urn == FLATTEN:
             inputs = [self._rdds[pc] for pc in proto.inputs.values()]
             rdd = self._sc.union(inputs) if inputs else self._sc.emptyRDD()
@@ -148,6 +158,8 @@ class RddTranslator:
             self._group_by_key(proto)
         elif urn == RESHUFFLE:
             self._reshuffle(proto)
+        elif on_driver:
+            self._run_on_driver(proto)
         elif urn == EXECUTABLE_STAGE:
             self._stage(proto)
         else:
@@ -161,8 +173,8 @@ class RddTranslator:
             dict.fromkeys(
                 pc
                 for proto in blocked
-                for pc in _side_pcollections(proto)
-                if pc in self._rdds and pc not in self._side_data
+                for pc in side_pcollections(proto)
+                if pc in self._rdds and pc not in self._on_driver
             )
         )
         if not wanted:
@@ -183,7 +195,7 @@ class RddTranslator:
         finally:
             self._sc.setJobDescription(None)
         for ix, pc in enumerate(wanted):
-            self._side_data[pc] = [data for tag, data in collected if tag == ix]
+            self._on_driver[pc] = [data for tag, data in collected if tag == ix]
 
     def _set(self, pcoll: str, rdd) -> None:
         if self._consumers[pcoll] == 0:
@@ -248,18 +260,37 @@ class RddTranslator:
         )
         self._set(only_element(proto.outputs.values()), rdd)
 
-    def _stage(self, proto: beam_runner_api_pb2.PTransform) -> None:
+    def _plan(self, proto: beam_runner_api_pb2.PTransform) -> StagePlan:
         payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(
             proto.spec.payload
         )
         self.stages += 1
-        plan = build_stage_plan(
+        return build_stage_plan(
             f"stage {self.stages}",
             proto,
             self._components,
             self._windowed,
             keyed=bool(payload.user_states or payload.timers),
         )
+
+    def _run_on_driver(self, proto: beam_runner_api_pb2.PTransform) -> None:
+        plan = self._plan(proto)
+        self.stages_on_driver += 1
+        _LOGGER.debug("SparkRunner: %s runs on the driver", proto.unique_name)
+        outputs = list(
+            run_partition(
+                plan,
+                self._side_input_entries(plan),
+                self._on_driver[plan.input_pcollection],
+                self._bundle_bytes,
+                self.accumulator,
+            )
+        )
+        for ix, pcoll in enumerate(plan.outputs):
+            self._on_driver[pcoll] = [data for tag, data in outputs if tag == ix]
+
+    def _stage(self, proto: beam_runner_api_pb2.PTransform) -> None:
+        plan = self._plan(proto)
         rdd = self._rdds[plan.input_pcollection]
         if plan.stateful:
             rdd = (
@@ -291,32 +322,23 @@ class RddTranslator:
                     pcoll, tagged.filter(functools.partial(_has_tag, ix)).values()
                 )
 
-    def _side_input_broadcast(self, plan: StagePlan):
-        if not plan.side_inputs:
-            return None
+    def _side_input_entries(self, plan: StagePlan) -> list[tuple[bytes, bytes]]:
         entries = []
         for side in plan.side_inputs:
             coder = self._context.coders[self._windowed[side.pcollection]]
             entries.extend(
                 side_inputs.state_entries(
-                    side, coder, self._side_data[side.pcollection]
+                    side, coder, self._on_driver[side.pcollection]
                 )
             )
-        broadcast = self._sc.broadcast(entries)
+        return entries
+
+    def _side_input_broadcast(self, plan: StagePlan):
+        if not plan.side_inputs:
+            return None
+        broadcast = self._sc.broadcast(self._side_input_entries(plan))
         self._broadcasts.append(broadcast)
         return broadcast
-
-
-def _side_pcollections(proto: beam_runner_api_pb2.PTransform) -> list[str]:
-    """The PCollections an executable stage reads as side inputs."""
-    if proto.spec.urn != EXECUTABLE_STAGE:
-        return []
-    payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(proto.spec.payload)
-    transforms = payload.components.transforms
-    return [
-        transforms[side.transform_id].inputs[side.local_name]
-        for side in payload.side_inputs
-    ]
 
 
 def _with_tag(ix: int, data: bytes) -> tuple[int, bytes]:

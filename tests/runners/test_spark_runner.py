@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 
 import apache_beam as beam
 import pipelines_for_tests as tp
@@ -111,6 +112,52 @@ def test_independent_side_inputs_are_collected_in_one_job(spark_session):
     # One job collects both side inputs; the other runs the stages. (One job
     # per side input would make three.)
     assert len(set(tracker.getJobIdsForGroup()) - before) == 2
+
+
+def _count_seed(seed, counter=beam.metrics.Metrics.counter("t", "seeds")):
+    counter.inc()
+    return 10
+
+
+def test_small_impulse_rooted_stages_run_on_the_driver(spark_session, tmp_path):
+    tracker = spark_session.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup())
+    prefix = str(tmp_path / "out")
+    p = beam.Pipeline(runner=SparkRunner())
+    nums = p | "Nums" >> beam.Create([1, 2, 3])
+    total = nums | beam.CombineGlobally(sum)
+    scale = p | "Seed" >> beam.Create([None]) | "Scale" >> beam.Map(_count_seed)
+    _ = (
+        nums
+        | beam.Map(
+            lambda x, t, s: f"{x}/{t * s}",
+            t=beam.pvalue.AsSingleton(total),
+            s=beam.pvalue.AsSingleton(scale),
+        )
+        | beam.io.WriteToText(prefix)
+    )
+    result = p.run()
+    lines = sorted(
+        line
+        for path in glob.glob(prefix + "*")
+        for line in Path(path).read_text().split()
+    )
+    assert lines == ["1/60", "2/60", "3/60"]
+    # Spark runs one job to collect the combined sum and one to write the
+    # files and collect their names. Before, the sum's default value, the
+    # sink's initialisation, pre-finalisation and finalisation each took a
+    # job of their own too: five in all.
+    assert len(set(tracker.getJobIdsForGroup()) - before) == 2
+    seeds = result.metrics().query(beam.metrics.MetricsFilter().with_name("seeds"))
+    assert [c.committed for c in seeds["counters"]] == [1]
+
+
+def test_user_error_in_a_driver_stage_surfaces_python_exception():
+    with pytest.raises(ValueError) as info, beam.Pipeline(runner=SparkRunner()) as p:
+        p | beam.Create([3]) | "Explode" >> beam.Map(_explode)
+    assert isinstance(info.value, PipelineError)
+    assert str(info.value).startswith("ValueError: bad element 3")
+    assert info.value.transform == "Explode"
 
 
 def test_sessions_and_accumulating_trigger():

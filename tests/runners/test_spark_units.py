@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import apache_beam as beam
 import pytest
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.transforms.userstate import Timer
@@ -9,9 +10,11 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
+from runners.spark.driver_stages import driver_stages
 from runners.spark.errors import StageFailure, from_spark_exception, summarize
 from runners.spark.options import parse_spark_conf
 from runners.spark.plan import TimerFamily
+from runners.spark.runner import optimize
 from runners.spark.state_store import TimerQueue
 from runners.spark.watermark import BatchWatermark
 
@@ -156,3 +159,56 @@ def test_spark_conf_pairs():
     assert parse_spark_conf(["a=1", " b = x=y "]) == {"a": "1", "b": "x=y"}
     with pytest.raises(ValueError):
         parse_spark_conf(["=1"])
+
+
+class _Remember(beam.DoFn):
+    seen = beam.transforms.userstate.ReadModifyWriteStateSpec(
+        "seen", beam.coders.VarIntCoder()
+    )
+
+    def process(self, element, seen=beam.DoFn.StateParam(seen)):
+        seen.write(1)
+        yield element
+
+
+def test_driver_runs_only_stages_whose_inputs_and_outputs_stay_on_it(tmp_path):
+    p = beam.Pipeline()
+    nums = p | "Nums" >> beam.Create([1, 2, 3])
+    total = nums | "Total" >> beam.CombineGlobally(sum)
+    _ = (
+        nums
+        | "Label" >> beam.Map(lambda x, t: f"{x}/{t}", t=beam.pvalue.AsSingleton(total))
+        | "Sink" >> beam.io.WriteToText(str(tmp_path / "out"))
+    )
+    # One seed, but its expansion goes on to a shuffle: not the driver's.
+    _ = (
+        p
+        | "Seed" >> beam.Create(["s"])
+        | "Expand" >> beam.FlatMap(lambda s: [(s, i) for i in range(1000)])
+        | "Group" >> beam.GroupByKey()
+    )
+    # Read only as a side input, but stateful: keyed state belongs on Spark.
+    _ = (
+        p
+        | "Keyed" >> beam.Create([("k", 1)])
+        | "Remember" >> beam.ParDo(_Remember())
+        | "Ignore" >> beam.Map(lambda kv, side: kv, side=beam.pvalue.AsList(nums))
+    )
+    optimized = optimize(p.to_runner_api())
+    primitives = [
+        optimized.components.transforms[t] for t in optimized.root_transform_ids
+    ]
+
+    def stages_of(*names: str) -> set[str]:
+        return {
+            proto.unique_name
+            for proto in primitives
+            if any(name in proto.unique_name for name in names)
+        }
+
+    on_driver = driver_stages(primitives)
+    assert on_driver == stages_of(
+        "Total-DoOnce", "InitializeWrite", "PreFinalize", "FinalizeWrite"
+    )
+    assert len(on_driver) == 4
+    assert len(stages_of("Expand", "Remember", "Label")) == 3
