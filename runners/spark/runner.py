@@ -82,15 +82,21 @@ class SparkRunner(runner.PipelineRunner):
         try:
             with ProgressLog(sc, float(spark_options.spark_progress_seconds)):
                 translator.translate()
-                _LOGGER.info(
-                    "SparkRunner: running %d fused stages on %s (%d ran on the driver)",
-                    translator.stages,
-                    sc.master,
-                    translator.stages_on_driver,
-                )
                 if translator.leaves:
+                    _LOGGER.info(
+                        "SparkRunner: running the %d stage(s) whose output "
+                        "nothing reads",
+                        len(translator.leaves),
+                    )
                     sc.union(translator.leaves).foreach(_discard)
-            _LOGGER.info("SparkRunner: done in %.1f s", time.monotonic() - started)
+            _LOGGER.info(
+                "SparkRunner: done in %.1f s: %d fused stages on %s, %d of them "
+                "on the driver",
+                time.monotonic() - started,
+                translator.stages,
+                sc.master,
+                translator.stages_on_driver,
+            )
         except Exception as exc:
             error = from_spark_exception(exc)
             if error is None:
