@@ -58,10 +58,11 @@ def _stateless_stage(proto: beam_runner_api_pb2.PTransform) -> bool:
 def driver_stages(primitives: Iterable[beam_runner_api_pb2.PTransform]) -> set[str]:
     """Unique names of the executable stages the driver runs (see above)."""
     primitives = list(primitives)
+    reads = {proto.unique_name: main_inputs(proto) for proto in primitives}
     readers: dict[str, list[str]] = {}
-    for proto in primitives:
-        for pcoll in main_inputs(proto):
-            readers.setdefault(pcoll, []).append(proto.unique_name)
+    for name, pcolls in reads.items():
+        for pcoll in pcolls:
+            readers.setdefault(pcoll, []).append(name)
     impulses = {
         pcoll
         for proto in primitives
@@ -77,7 +78,7 @@ def driver_stages(primitives: Iterable[beam_runner_api_pb2.PTransform]) -> set[s
         dropped = [
             name
             for name, proto in chosen.items()
-            if not main_inputs(proto) <= local
+            if not reads[name] <= local
             or any(
                 reader not in chosen
                 for pcoll in proto.outputs.values()
