@@ -44,7 +44,7 @@ and cost both runners the same seconds. The RDD job is timed whole.
 
 Printed per engine: that time, events/s, the wall time with construction
 and read-back, peak RSS of this process and all its descendants (the JVM and
-Spark's Python workers included), sampled every 50 ms, CPU seconds of the
+Spark's Python workers included), sampled every 200 ms, CPU seconds of the
 driver, the JVM and Spark's Python workers over that wall time, and the
 ratios. The SparkSession stays up for all three, so its JVM is
 in every figure: compare differences.
@@ -133,6 +133,12 @@ def rdd_counts(sc, per_shard: int) -> dict[tuple[str, int], int]:
     )
 
 
+# A sample walks all of /proc (about 2 ms of CPU here). Every 50 ms it took
+# 3% of a core and slowed SparkRunner runs, which keep both cores busy, by
+# about as much; the DirectRunner leaves a core free for it.
+RSS_SAMPLE_S = 0.2
+
+
 class PeakRss:
     """Samples the RSS of this process and its descendants; keeps the peak."""
 
@@ -150,7 +156,7 @@ class PeakRss:
         self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.05):
+        while not self._stop.wait(RSS_SAMPLE_S):
             self.peak = max(self.peak, _tree_rss(os.getpid()))
 
 
