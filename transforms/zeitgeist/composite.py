@@ -136,9 +136,7 @@ class Zeitgeist(beam.PTransform):
             ModelCalculator(
                 self._model, self._window.size_ms, retain_ms, self._model_store
             )
-        ).with_output_types(tuple[str, ModelUpdate]).with_output_types(
-            tuple[str, ModelUpdate]
-        )
+        ).with_output_types(tuple[str, ModelUpdate])
         detected = updates | "SpikeDipDetector" >> beam.ParDo(
             SpikeDipDetector(self._detector, retain_ms)
         ).with_output_types(Anomaly, **{SCORES: WindowScore}).with_outputs(
