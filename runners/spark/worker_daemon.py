@@ -33,9 +33,23 @@ from pyspark import daemon
 import runners.spark.stage_executor  # noqa: F401
 
 
-def _holds_python(archive: str) -> bool:
-    with zipfile.ZipFile(archive) as jar:
-        return any(name.endswith((".py", ".pyc")) for name in jar.namelist())
+def java_archives_without_python(path: list[str]) -> list[str]:
+    """The entries of ``path`` that are jars holding no Python modules.
+
+    A jar that cannot be read is kept: it is not this daemon's to judge.
+    """
+    found = []
+    for entry in path:
+        if not entry.endswith(".jar"):
+            continue
+        try:
+            with zipfile.ZipFile(entry) as jar:
+                names = jar.namelist()
+        except (OSError, zipfile.BadZipFile):
+            continue
+        if not any(name.endswith((".py", ".pyc")) for name in names):
+            found.append(entry)
+    return found
 
 
 def _lighten_import_caches() -> None:
@@ -45,9 +59,8 @@ def _lighten_import_caches() -> None:
     # imported from pyspark.zip, and two under Spark's core jar, which is on
     # the path with 6,000 classes and no Python. That took 90 ms a worker.
     # A zip importer made later reuses zipimport's own parsed index.
-    for entry in [e for e in sys.path if e.endswith(".jar")]:
-        if not _holds_python(entry):
-            sys.path.remove(entry)
+    for entry in java_archives_without_python(sys.path):
+        sys.path.remove(entry)
     for key, finder in list(sys.path_importer_cache.items()):
         if isinstance(finder, zipimport.zipimporter):
             del sys.path_importer_cache[key]

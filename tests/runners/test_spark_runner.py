@@ -160,6 +160,21 @@ def test_user_error_in_a_driver_stage_surfaces_python_exception():
     assert info.value.transform == "Explode"
 
 
+def _worker_imports(_):
+    import pyspark.ml.param  # a pyspark package the worker daemon did not import
+
+    return [entry for entry in sys.path if entry.endswith(".jar")], bool(
+        pyspark.ml.param.Params
+    )
+
+
+def test_workers_import_path_has_no_java_archives(spark_session):
+    if not spark_session.sparkContext.master.startswith("local"):
+        pytest.skip("the worker daemon serves local masters only")
+    results = spark_session.sparkContext.parallelize([0, 1], 2).map(_worker_imports)
+    assert results.collect() == [([], True), ([], True)]
+
+
 def test_sessions_and_accumulating_trigger():
     with beam.Pipeline(runner=SparkRunner()) as p:
         sessions = (

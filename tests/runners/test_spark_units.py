@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zipfile
+
 import apache_beam as beam
 import pytest
 from apache_beam.portability.api import beam_runner_api_pb2
@@ -17,6 +19,7 @@ from runners.spark.plan import TimerFamily
 from runners.spark.runner import optimize
 from runners.spark.state_store import TimerQueue
 from runners.spark.watermark import BatchWatermark
+from runners.spark.worker_daemon import java_archives_without_python
 
 EVENT = beam_runner_api_pb2.TimeDomain.EVENT_TIME
 PROCESSING = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
@@ -212,3 +215,15 @@ def test_driver_runs_only_stages_whose_inputs_and_outputs_stay_on_it(tmp_path):
     )
     assert len(on_driver) == 4
     assert len(stages_of("Expand", "Remember", "Label")) == 3
+
+
+def test_the_daemon_drops_only_jars_without_python(tmp_path):
+    classes, python, broken = (tmp_path / n for n in ("a.jar", "b.jar", "c.jar"))
+    with zipfile.ZipFile(classes, "w") as jar:
+        jar.writestr("org/apache/Spark.class", b"\xca\xfe")
+    with zipfile.ZipFile(python, "w") as jar:
+        jar.writestr("org/apache/Spark.class", b"\xca\xfe")
+        jar.writestr("helpers/util.py", "X = 1\n")
+    broken.write_bytes(b"not a zip")
+    path = [str(tmp_path), str(classes), str(python), str(broken), "/no/such.jar"]
+    assert java_archives_without_python(path) == [str(classes)]
