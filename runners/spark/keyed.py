@@ -27,7 +27,7 @@ def stable_partition(key: bytes) -> int:
     return zlib.crc32(key)
 
 
-def _decode_with_bytes(chunk: bytes, impl: Any) -> Iterator[tuple[Any, bytes]]:
+def decode_with_bytes(chunk: bytes, impl: Any) -> Iterator[tuple[Any, bytes]]:
     # The element's own bytes are sliced out of the chunk rather than
     # re-encoded: the stream reports how much is left after each decode.
     stream = create_InputStream(chunk)
@@ -45,7 +45,7 @@ def key_elements(
     impl = coder.get_impl()
     key_impl = coder.wrapped_value_coder.key_coder().get_impl()
     for chunk in chunks:
-        for wv, raw in _decode_with_bytes(chunk, impl):
+        for wv, raw in decode_with_bytes(chunk, impl):
             yield key_impl.encode(wv.value[0]), raw
 
 
@@ -55,7 +55,7 @@ def split_elements(
     """Splits chunks into one encoded element each (for a reshuffle)."""
     impl = context_from_bytes(components).coders[windowed_coder_id].get_impl()
     for chunk in chunks:
-        for _, raw in _decode_with_bytes(chunk, impl):
+        for _, raw in decode_with_bytes(chunk, impl):
             yield raw
 
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 from apache_beam.options.pipeline_options import PipelineOptions
 
 DEFAULT_MASTER = "local[*]"
+# Key groups per stateful stage in streaming: the unit of state a task owns
+# in a batch, so also the most tasks a stateful stage can use.
+DEFAULT_KEY_GROUPS = 16
 
 
 class SparkOptions(PipelineOptions):
@@ -42,6 +45,27 @@ class SparkOptions(PipelineOptions):
             type=float,
             default=30.0,
             help="Log the running Spark stages' task counts this often (0: never).",
+        )
+        parser.add_argument(
+            "--checkpoint_dir",
+            default=None,
+            help="Streaming: directory of the offset and commit logs and of "
+            "keyed state; a restart on the same directory resumes the job "
+            "(default: a fresh temporary directory, named in the log).",
+        )
+        parser.add_argument(
+            "--streaming_key_groups",
+            type=int,
+            default=DEFAULT_KEY_GROUPS,
+            help="Streaming: key groups each stateful stage's keys hash to "
+            "(fixed for the life of a checkpoint directory).",
+        )
+        parser.add_argument(
+            "--streaming_batch_interval_seconds",
+            type=float,
+            default=0.2,
+            help="Streaming: minimum time from one micro-batch's start to the "
+            "next (0: back to back).",
         )
 
 

@@ -24,6 +24,12 @@ from runners.spark.metrics import MetricsSnapshot, SparkMetrics
 from runners.spark.options import SparkOptions
 from runners.spark.progress import ProgressLog
 from runners.spark.session import ensure_python_env, get_or_create_session
+from runners.spark.streaming_job import (
+    StreamingJob,
+    StreamingPipelineResult,
+    StreamingSettings,
+)
+from runners.spark.test_stream_source import TEST_STREAM_URN
 from runners.spark.translation import KNOWN_URNS, RddTranslator
 
 _LOGGER = logging.getLogger(__name__)
@@ -68,15 +74,13 @@ class SparkRunner(runner.PipelineRunner):
     ) -> SparkPipelineResult:
         """Optimises, translates and runs ``pipeline``; blocks until done."""
         ensure_python_env()
-        if options.view_as(StandardOptions).streaming:
-            raise NotImplementedError(
-                "SparkRunner runs batch pipelines; streaming is not supported yet"
-            )
         self._check_requirements(pipeline)
         optimized = optimize(pipeline)
         spark_options = options.view_as(SparkOptions)
         session = get_or_create_session(spark_options)
         sc = session.sparkContext
+        if is_streaming(pipeline, options):
+            return self._run_streaming(optimized, sc, spark_options)
         translator = RddTranslator(optimized, sc, spark_options)
         started = time.monotonic()
         try:
@@ -109,15 +113,34 @@ class SparkRunner(runner.PipelineRunner):
         )
 
     @staticmethod
+    def _run_streaming(optimized, sc, spark_options) -> StreamingPipelineResult:
+        settings = StreamingSettings(
+            checkpoint_dir=spark_options.checkpoint_dir,
+            key_groups=int(spark_options.streaming_key_groups),
+            batch_interval=float(spark_options.streaming_batch_interval_seconds),
+        )
+        if settings.key_groups < 1:
+            raise ValueError("--streaming_key_groups must be at least 1")
+        _LOGGER.info("SparkRunner: streaming on %s", sc.master)
+        return StreamingPipelineResult(
+            StreamingJob(optimized, sc, spark_options, settings)
+        )
+
+    @staticmethod
     def _check_requirements(pipeline: beam_runner_api_pb2.Pipeline) -> None:
         for requirement in pipeline.requirements:
             if requirement not in _SUPPORTED_REQUIREMENTS:
                 raise ValueError(f"SparkRunner cannot satisfy {requirement}")
-        for transform in pipeline.components.transforms.values():
-            if transform.spec.urn == common_urns.primitives.TEST_STREAM.urn:
-                raise NotImplementedError(
-                    "TestStream needs streaming, which SparkRunner does not run yet"
-                )
+
+
+def is_streaming(pipeline: beam_runner_api_pb2.Pipeline, options: PipelineOptions):
+    """Beam's own signals: ``--streaming``, or any unbounded PCollection."""
+    if options.view_as(StandardOptions).streaming:
+        return True
+    unbounded = beam_runner_api_pb2.IsBounded.UNBOUNDED
+    return any(
+        pc.is_bounded == unbounded for pc in pipeline.components.pcollections.values()
+    )
 
 
 def optimize(pipeline: beam_runner_api_pb2.Pipeline) -> beam_runner_api_pb2.Pipeline:
@@ -126,7 +149,7 @@ def optimize(pipeline: beam_runner_api_pb2.Pipeline) -> beam_runner_api_pb2.Pipe
     return translations.optimize_pipeline(
         pipeline,
         phases=translations.standard_optimize_phases(),
-        known_runner_urns=KNOWN_URNS,
+        known_runner_urns=KNOWN_URNS | {TEST_STREAM_URN},
         partial=False,
     )
 

@@ -11,7 +11,7 @@ accumulator.
 Timers never cross the data plane. The SDK encodes the timers a DoFn sets
 with its family's coder and decodes the runner's timer elements with it; the
 executor puts a :class:`_TimerPort` in that coder's place. Sets and clears
-then reach the partition's :class:`TimerQueue` as they happen, and a timer
+then reach the task's ``TimerStore`` as they happen, and a timer
 bundle fires due timers inside the SDK one callback at a time, each after
 the previous callback's changes (Beam's Java SDK harness gives the same
 guarantee; Beam's Python FnApiRunner fires a whole round of due timers, so a
@@ -39,8 +39,8 @@ from apache_beam.runners.worker import (
 from runners.spark.errors import StageFailure
 from runners.spark.metrics import MetricsSnapshot
 from runners.spark.plan import INPUT_ID, StagePlan
-from runners.spark.state_store import TimerQueue, state_servicer
-from runners.spark.watermark import BatchWatermark
+from runners.spark.state_store import InMemoryStageState, StageState, TimerStore
+from runners.spark.watermark import BatchTime, StageTime
 
 # A timer bundle fires at most this many timers: the bundle's outputs are
 # held in memory until it ends.
@@ -96,7 +96,7 @@ class _TimerPort:
 
     The SDK encodes with it each timer a DoFn sets or clears, and decodes
     with it the runner's timer elements. Here a set or clear goes straight
-    to the partition's :class:`TimerQueue`, unencoded, and the runner's one
+    to the task's :class:`TimerStore`, unencoded, and the runner's one
     timer element of a timer bundle runs ``fire`` inside the bundle.
     """
 
@@ -104,7 +104,7 @@ class _TimerPort:
         self,
         transform_id: str,
         family_id: str,
-        timers: TimerQueue,
+        timers: TimerStore,
         fire: Callable[[], None],
     ) -> None:
         self._transform_id = transform_id
@@ -176,22 +176,33 @@ def _bundles(inputs: Iterable[bytes], bundle_bytes: int) -> Iterator[list[bytes]
 
 
 class StageExecutor:
-    """One fused stage over one partition (batch)."""
+    """One fused stage over one partition.
+
+    ``state`` holds user state, side inputs and timers (batch: in memory for
+    the task); ``time`` decides when timers are due and what becomes of a
+    splittable DoFn's deferred remainder (batch: all due once the input is
+    consumed; remainders resumed at once).
+    """
 
     def __init__(
         self,
         plan: StagePlan,
         side_input_entries: Iterable[tuple[bytes, bytes]] = (),
         bundle_bytes: int = 8 << 20,
+        state: StageState | None = None,
+        time: StageTime | None = None,
     ) -> None:
         self._plan = plan
         self._bundle_bytes = bundle_bytes
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(plan.descriptor)
-        self._timers = TimerQueue(plan.timer_families)
-        self._harness = InProcessHarness(
-            descriptor, state_servicer(side_input_entries), self._route_timers
+        self.state = state or InMemoryStageState(
+            side_input_entries, plan.timer_families
         )
-        self._watermark = BatchWatermark()
+        self._timers = self.state.timers
+        self._harness = InProcessHarness(
+            descriptor, self.state.servicer, self._route_timers
+        )
+        self.time = time or BatchTime()
         self._ids = itertools.count()
         self.metrics = MetricsSnapshot()
 
@@ -200,9 +211,11 @@ class StageExecutor:
         try:
             for batch in _bundles(inputs, self._bundle_bytes):
                 yield from self._process(batch, fire_timers=False)
-            self._watermark.input_exhausted()
+            self.time.input_exhausted()
             for _ in range(MAX_TIMER_BUNDLES):
-                if not self._timers.has_due(self._watermark.current()):
+                if not self._timers.has_due(
+                    self.time.event_horizon(), self.time.processing_horizon()
+                ):
                     return
                 yield from self._process([], fire_timers=True)
             raise RuntimeError(
@@ -216,16 +229,19 @@ class StageExecutor:
     def _route_timers(self, processor: Any) -> None:
         fire = functools.partial(self._fire_due, processor.ops)
         for (transform_id, family_id), info in processor.timers_info.items():
+            if not isinstance(info.timer_coder_impl, _TimerPort):
+                self._timers.bind_coder(transform_id, family_id, info.timer_coder_impl)
             info.timer_coder_impl = _TimerPort(
                 transform_id, family_id, self._timers, fire
             )
 
     def _fire_due(self, ops: dict[str, Any]) -> None:
-        # One callback at a time: the queue sees what each callback set or
+        # One callback at a time: the store sees what each callback set or
         # cleared before it hands out the next timer.
-        watermark = self._watermark.current()
+        event_horizon = self.time.event_horizon()
+        processing_horizon = self.time.processing_horizon()
         for _ in range(TIMERS_PER_BUNDLE):
-            due = self._timers.pop_due(watermark)
+            due = self._timers.pop_due(event_horizon, processing_horizon)
             if due is None:
                 return
             transform_id, family_id, timer = due
@@ -234,11 +250,11 @@ class StageExecutor:
     def _process(self, data: list[bytes], fire_timers: bool) -> Iterator:
         while True:
             residuals = yield from self._run_bundle(data, fire_timers)
-            if not residuals:
+            # A splittable DoFn checkpointed itself: the time policy says
+            # whether to resume it here or leave it to a later batch.
+            data, fire_timers = self.time.resume_now(residuals), False
+            if not data:
                 return
-            # A splittable DoFn checkpointed itself; resume it. Batch ignores
-            # the requested resume delay.
-            data, fire_timers = residuals, False
 
     def _run_bundle(self, data: list[bytes], fire_timers: bool) -> Any:
         instruction_id = f"{self._plan.label}-{next(self._ids)}"
@@ -275,7 +291,7 @@ class StageExecutor:
         self.metrics.add_monitoring_infos(result.monitoring_infos)
         if result.requires_finalization:
             self._finalize(instruction_id)
-        return [r.application.element for r in result.residual_roots]
+        return list(result.residual_roots)
 
     def _finalize(self, instruction_id: str) -> None:
         # Best effort, as in Beam's FnApiRunner: right after the bundle, before

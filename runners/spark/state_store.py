@@ -1,9 +1,13 @@
-"""In-memory user state, side-input state and timers of one partition.
+"""Where a stage keeps user state and timers: the interface, and batch's
+in-memory implementation.
 
-Batch keeps state for the lifetime of one Spark task: a stateful stage's input
-is hash-partitioned by key, so every element and timer of a key is processed
-by the same task, and nothing needs to outlive it. Streaming will put a
-versioned store keyed by key group behind the same interface.
+The stage executor sees a :class:`StageState`: a state servicer for the
+SDK's state API (user state and side inputs) and a :class:`TimerStore`. Batch
+keeps both for the lifetime of one Spark task (:class:`InMemoryStageState`):
+a stateful stage's input is hash-partitioned by key, so every element and
+timer of a key is processed by the same task, and nothing needs to outlive
+it. Streaming keeps them in versioned key-group files
+(``streaming_state.DurableStageState``).
 """
 
 from __future__ import annotations
@@ -11,15 +15,73 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
-from apache_beam.utils.timestamp import Timestamp
 
 from runners.spark.plan import TimerFamily
 
 EVENT_TIME = beam_runner_api_pb2.TimeDomain.EVENT_TIME
+
+
+class TimerStore(Protocol):
+    """Pending timers of one task, handed out one at a time in time order.
+
+    Horizons are microseconds: an event-time timer is due at or before
+    ``event_horizon``, a processing-time timer at or before
+    ``processing_horizon``; event-time timers go first. What the horizons are
+    (batch: +inf once the input is consumed; streaming: the batch's watermark
+    and processing time) is the :class:`~runners.spark.watermark.StageTime`'s
+    policy, not the store's.
+    """
+
+    def bind_coder(self, transform_id: str, family_id: str, coder_impl: Any) -> None:
+        """The SDK's coder of a timer family, for stores that persist timers."""
+
+    def record(self, transform_id: str, family_id: str, timer: Any) -> None:
+        """Applies a ``userstate.Timer`` a DoFn just set or cleared."""
+
+    def has_due(self, event_horizon: int, processing_horizon: int) -> bool:
+        """Whether a timer is due."""
+
+    def pop_due(
+        self, event_horizon: int, processing_horizon: int
+    ) -> tuple[str, str, Any] | None:
+        """Removes the earliest due timer: (transform, family, timer), or None."""
+
+
+class StageState(Protocol):
+    """User state, side inputs and timers of one stage in one task."""
+
+    servicer: Any
+    timers: TimerStore
+
+    def commit(self) -> list:
+        """The task succeeded: makes its changes durable. Returns what the
+        driver must learn of them (nothing, in batch)."""
+
+    def abandon(self) -> None:
+        """The task failed: drops its changes."""
+
+
+class InMemoryStageState:
+    """Batch: Beam's in-memory state servicer and a :class:`TimerQueue`,
+    both gone when the task ends."""
+
+    def __init__(
+        self,
+        side_input_entries: Iterable[tuple[bytes, bytes]],
+        families: Iterable[TimerFamily],
+    ) -> None:
+        self.servicer = state_servicer(side_input_entries)
+        self.timers = TimerQueue(families)
+
+    def commit(self) -> list:
+        return []
+
+    def abandon(self) -> None:
+        """Nothing outlives the task."""
 
 
 def state_servicer(side_input_entries: Iterable[tuple[bytes, bytes]]) -> Any:
@@ -45,9 +107,8 @@ class TimerQueue:
     callback that clears, moves or adds a timer of its key is honoured
     before any later timer fires, as Beam's Java SDK harness guarantees.
 
-    Event-time timers are due at or before the watermark; processing-time
-    timers once no event-time timer is (batch drains them at the end). Ties
-    fire in the order they were set. Heap entries are not removed when a
+    Event-time timers due at their horizon fire before processing-time ones
+    due at theirs. Ties fire in the order they were set. Heap entries are not removed when a
     timer is reset or cleared; they are skipped once their version is stale.
     Times are integer microseconds: Timestamp comparisons cost more.
     """
@@ -68,6 +129,9 @@ class TimerQueue:
     def __len__(self) -> int:
         return len(self._pending)
 
+    def bind_coder(self, transform_id: str, family_id: str, coder_impl: Any) -> None:
+        """Timers stay decoded in memory."""
+
     def record(self, transform_id: str, family_id: str, timer: Any) -> None:
         """Applies a ``userstate.Timer`` a DoFn just set or cleared."""
         ident = (
@@ -85,25 +149,27 @@ class TimerQueue:
         heap = self._heaps[transform_id, family_id]
         heapq.heappush(heap, (timer.fire_timestamp.micros, version, ident))
 
-    def has_due(self, watermark: Timestamp) -> bool:
-        """Whether a timer is due at ``watermark``."""
+    def has_due(self, event_horizon: int, processing_horizon: int) -> bool:
+        """Whether a timer is due."""
         return (
-            self._earliest(self._event_time, watermark.micros) is not None
-            or self._earliest(self._processing_time, None) is not None
+            self._earliest(self._event_time, event_horizon) is not None
+            or self._earliest(self._processing_time, processing_horizon) is not None
         )
 
-    def pop_due(self, watermark: Timestamp) -> tuple[str, str, Any] | None:
+    def pop_due(
+        self, event_horizon: int, processing_horizon: int
+    ) -> tuple[str, str, Any] | None:
         """Removes the earliest due timer: (transform, family, timer), or None."""
         heap = self._event_time
-        if self._earliest(heap, watermark.micros) is None:
+        if self._earliest(heap, event_horizon) is None:
             heap = self._processing_time
-            if self._earliest(heap, None) is None:
+            if self._earliest(heap, processing_horizon) is None:
                 return None
         _, _, ident = heapq.heappop(heap)
         _, timer = self._pending.pop(ident)
         return ident[0], ident[1], timer
 
-    def _earliest(self, heap: list, watermark: int | None) -> tuple | None:
+    def _earliest(self, heap: list, horizon: int) -> tuple | None:
         """The heap's earliest live entry if it is due, dropping stale ones."""
         while heap:
             fire, version, ident = heap[0]
@@ -111,7 +177,7 @@ class TimerQueue:
             if entry is None or entry[0] != version:
                 heapq.heappop(heap)  # cleared or reset since it was pushed
                 continue
-            return heap[0] if watermark is None or fire <= watermark else None
+            return heap[0] if fire <= horizon else None
         return None
 
 

@@ -1,27 +1,89 @@
-"""Watermark of one stage over one partition.
+"""Time as one stage sees it in one task: when timers are due, and what
+happens to a splittable DoFn's deferred remainder.
 
-Batch has two points: before the input is consumed the input watermark is
--inf, afterwards +inf, and every event-time timer is then due. Streaming will
-replace this with a per-stage manager (input watermark = min over upstream
-output watermarks; output watermark = min of input watermark, timer holds and
-pending work) behind the same two methods.
+The stage executor asks a :class:`StageTime`. Batch (:class:`BatchTime`)
+has two points: before the input is consumed nothing is due; afterwards the
+watermark is +inf, and processing-time timers are due too, since no clock
+will ever move again; a deferred remainder is resumed at once, its requested
+delay ignored. A micro-batch (:class:`MicroBatchTime`) has the input
+watermark and processing time the driver logged for the batch: event-time
+timers are due strictly before the watermark (Beam's rule: a timer at ``t``
+fires once the watermark has passed ``t``), processing-time timers at or
+before the batch's processing time, with or without input; deferred
+remainders go back to the driver, which resumes them in a later batch.
 """
 
 from __future__ import annotations
 
-from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
+from typing import Any, Protocol
+
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
+
+MIN_MICROS = MIN_TIMESTAMP.micros
+MAX_MICROS = MAX_TIMESTAMP.micros
 
 
-class BatchWatermark:
-    """The input watermark of a batch stage: -inf, then +inf."""
+class StageTime(Protocol):
+    """The watermark policy injected into the stage executor."""
 
-    def __init__(self) -> None:
-        self._value = MIN_TIMESTAMP
+    def event_horizon(self) -> int:
+        """Event-time timers at or before this (µs) are due."""
 
-    def current(self) -> Timestamp:
-        """The current input watermark."""
-        return self._value
+    def processing_horizon(self) -> int:
+        """Processing-time timers at or before this (µs) are due."""
 
     def input_exhausted(self) -> None:
-        """All input has been processed: event time moves to the end."""
-        self._value = MAX_TIMESTAMP
+        """The task has processed all its input elements."""
+
+    def resume_now(self, residuals: list[Any]) -> list[bytes]:
+        """Of a bundle's residual roots, the encoded elements to resume in
+        this task; the others are kept by the policy."""
+
+
+class BatchTime:
+    """Batch: nothing due until the input is consumed, then everything."""
+
+    def __init__(self) -> None:
+        self._horizon = MIN_MICROS
+
+    def event_horizon(self) -> int:
+        return self._horizon
+
+    def processing_horizon(self) -> int:
+        return self._horizon
+
+    def input_exhausted(self) -> None:
+        self._horizon = MAX_MICROS
+
+    def resume_now(self, residuals: list[Any]) -> list[bytes]:
+        return [r.application.element for r in residuals]
+
+
+class MicroBatchTime:
+    """One micro-batch: the driver's watermark and processing time.
+
+    Residual roots (a splittable DoFn that deferred its remainder) are kept
+    in ``deferred`` for the driver, with their requested delay and the
+    watermark their estimator reported.
+    """
+
+    def __init__(self, input_watermark: int, processing_time: int) -> None:
+        self.input_watermark = input_watermark
+        self.processing_time = processing_time
+        self.deferred: list[Any] = []
+
+    def event_horizon(self) -> int:
+        # Strictly before the watermark; +inf fires everything.
+        if self.input_watermark >= MAX_MICROS:
+            return MAX_MICROS
+        return self.input_watermark - 1
+
+    def processing_horizon(self) -> int:
+        return self.processing_time
+
+    def input_exhausted(self) -> None:
+        """The horizons are fixed for the whole batch."""
+
+    def resume_now(self, residuals: list[Any]) -> list[bytes]:
+        self.deferred.extend(residuals)
+        return []

@@ -9,7 +9,7 @@ import pytest
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.transforms.userstate import Timer
 from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
+from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
 from runners.spark.driver_stages import driver_stages
@@ -18,7 +18,7 @@ from runners.spark.options import parse_spark_conf
 from runners.spark.plan import TimerFamily
 from runners.spark.runner import optimize
 from runners.spark.state_store import TimerQueue
-from runners.spark.watermark import BatchWatermark
+from runners.spark.watermark import MAX_MICROS, BatchTime, MicroBatchTime
 from runners.spark.worker_daemon import java_archives_without_python
 
 EVENT = beam_runner_api_pb2.TimeDomain.EVENT_TIME
@@ -44,8 +44,8 @@ def _set(queue: TimerQueue, family: str, *timers: Timer) -> None:
         queue.record("ParDo", family, timer)
 
 
-def _pop(queue: TimerQueue, watermark=MAX_TIMESTAMP) -> tuple | None:
-    due = queue.pop_due(watermark)
+def _pop(queue: TimerQueue, event=MAX_MICROS, processing=MAX_MICROS) -> tuple | None:
+    due = queue.pop_due(event, processing)
     if due is None:
         return None
     _, family, t = due
@@ -67,7 +67,7 @@ def test_last_set_wins_and_clear_removes():
     _set(queue, "a", _timer("j", 0, "t", clear=True))
     assert len(queue) == 1
     assert _drain(queue) == [("a", "k", 20, "")]
-    assert not queue.has_due(MAX_TIMESTAMP)
+    assert not queue.has_due(MAX_MICROS, MAX_MICROS)
 
 
 def test_timers_fire_in_time_order_processing_time_last():
@@ -106,17 +106,31 @@ def test_what_a_callback_changes_applies_before_the_next_timer():
     assert _drain(queue) == [("a", "k", 20, ""), ("a", "k", 90, "end")]
 
 
-def test_event_time_timers_wait_for_the_watermark():
+def test_batch_time_makes_every_timer_due_once_the_input_is_consumed():
     queue = _queue()
     _set(queue, "a", _timer("k", 10))
-    watermark = BatchWatermark()
-    assert watermark.current() == MIN_TIMESTAMP
-    assert not queue.has_due(watermark.current())
-    assert queue.pop_due(watermark.current()) is None
-    assert _pop(queue, Timestamp(9)) is None
-    watermark.input_exhausted()
-    assert queue.has_due(watermark.current())
-    assert _pop(queue, watermark.current()) == ("a", "k", 10, "")
+    _set(queue, "p", _timer("k", 5))
+    time = BatchTime()
+    assert not queue.has_due(time.event_horizon(), time.processing_horizon())
+    assert queue.pop_due(time.event_horizon(), time.processing_horizon()) is None
+    assert _pop(queue, Timestamp(9).micros, time.processing_horizon()) is None
+    time.input_exhausted()
+    assert queue.has_due(time.event_horizon(), time.processing_horizon())
+    assert _drain(queue) == [("a", "k", 10, ""), ("p", "k", 5, "")]
+
+
+def test_micro_batch_time_fires_event_timers_strictly_before_the_watermark():
+    queue = _queue()
+    _set(queue, "a", _timer("k", 10), _timer("j", 11))
+    _set(queue, "p", _timer("k", 100), _timer("j", 101))
+    time = MicroBatchTime(Timestamp(11).micros, Timestamp(100).micros)
+    time.input_exhausted()  # the horizons do not move within a batch
+    due = list(
+        iter(lambda: _pop(queue, time.event_horizon(), time.processing_horizon()), None)
+    )
+    # The timer at 11 waits for a watermark past 11; the processing-time
+    # timer at 100 is due at processing time 100.
+    assert due == [("a", "k", 10, ""), ("p", "k", 100, "")]
 
 
 SDK_ERROR = """Traceback (most recent call last):

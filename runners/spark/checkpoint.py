@@ -1,0 +1,115 @@
+"""The checkpoint directory of a streaming job: its offset and commit logs.
+
+Layout under ``--checkpoint_dir``::
+
+    job.json            the pipeline's stateful stages and the key-group count
+    offsets/<N>.json    written before batch N runs: what the batch reads (each
+                        source's range), its processing time, its watermarks
+    commits/<N>.json    written once batch N's outputs and state are durable:
+                        the timer summaries, source positions and metrics after N
+    state/<stage>/kg-<G>.sqlite
+                        keyed state and timers (``durable_store.py``)
+
+Batch N's state is visible to the job only once ``commits/N`` exists: on
+restart a batch with offsets but no commit is replayed with the same offsets,
+so it reads the same input at the same processing time and watermarks. Every
+file is written to a temporary name, flushed to disk and renamed, so a crash
+leaves either the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_LOGGER = logging.getLogger(__name__)
+_BATCH_FILE = re.compile(r"^(\d+)\.json$")
+
+
+class CheckpointMismatch(ValueError):
+    """The checkpoint directory belongs to another pipeline or layout."""
+
+
+def _write_atomically(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as out:
+        json.dump(record, out, sort_keys=True)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    # The rename is durable only once the directory entry is.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class CheckpointDir:
+    """Offset log, commit log and state files of one streaming job."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.root = Path(path)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def bind(self, job: dict[str, Any]) -> None:
+        """Records ``job`` (stateful stages, key groups) on first use; refuses a
+        directory written by a different pipeline, whose state would be read
+        under the wrong stages or key groups."""
+        path = self.root / "job.json"
+        if not path.exists():
+            _write_atomically(path, job)
+            return
+        recorded = json.loads(path.read_text())
+        if recorded != job:
+            raise CheckpointMismatch(
+                f"checkpoint directory {self.root} was written by another "
+                f"pipeline or with other streaming options (recorded "
+                f"{recorded}, this run {job}); use a new --checkpoint_dir"
+            )
+
+    def write_offsets(self, batch: int, record: dict) -> None:
+        """Logs what batch ``batch`` will read, before it runs."""
+        _write_atomically(self.root / "offsets" / f"{batch}.json", record)
+
+    def read_offsets(self, batch: int) -> dict | None:
+        """The logged offsets of ``batch``, if it was ever started."""
+        path = self.root / "offsets" / f"{batch}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def write_commit(self, batch: int, record: dict) -> None:
+        """Marks ``batch`` committed, with the job's position after it."""
+        _write_atomically(self.root / "commits" / f"{batch}.json", record)
+
+    def last_commit(self) -> tuple[int, dict] | None:
+        """The newest committed batch and its record, or None."""
+        batches = self._batches("commits")
+        if not batches:
+            return None
+        last = batches[-1]
+        return last, json.loads((self.root / "commits" / f"{last}.json").read_text())
+
+    def state_dir(self, stage_key: str) -> Path:
+        """Where the key-group files of one stateful stage live."""
+        return self.root / "state" / stage_key
+
+    def prune(self, keep_from: int) -> None:
+        """Deletes offset and commit records of batches before ``keep_from``:
+        a restart only ever reads the last commit and the batch after it."""
+        for log in ("offsets", "commits"):
+            for batch in self._batches(log):
+                if batch < keep_from:
+                    (self.root / log / f"{batch}.json").unlink(missing_ok=True)
+
+    def _batches(self, log: str) -> list[int]:
+        folder = self.root / log
+        if not folder.exists():
+            return []
+        found = (_BATCH_FILE.match(name) for name in os.listdir(folder))
+        return sorted(int(m.group(1)) for m in found if m)

@@ -1,0 +1,350 @@
+"""One micro-batch of a streaming pipeline as RDD lineage, run as one Spark job.
+
+The graph is the batch runner's (same fusion, same stage executor); what a
+batch reads and how keyed work is partitioned differ:
+
+- an Impulse emits in the first batch only; a TestStream's outputs carry the
+  batch's scripted elements (``test_stream_source.py``);
+- a stateful stage, or a GroupByKey, is partitioned by key group: each task
+  opens the key groups it has elements for, plus those the driver wakes for
+  a due timer, and commits them when it ends (``streaming_state.py``,
+  ``streaming_gbk.py``);
+- every stage runs under the batch's watermark and processing time
+  (``MicroBatchTime``): due timers fire, and a splittable DoFn's deferred
+  remainder goes back to the driver instead of being resumed;
+- what the driver must learn (each touched key group's next timers and
+  hold, each deferred remainder) comes back as tagged records, collected
+  by the batch's one Spark job together with the stages nothing reads.
+
+A PCollection known to be empty in the batch (no scripted elements, no
+input and nothing due upstream) has no RDD at all, so a batch that only
+fires one stage's timers runs only that stage, and a batch with nothing to
+do runs no Spark job.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner.translations import only_element
+
+from runners.spark.components import context_from_bytes
+from runners.spark.driver_stages import EXECUTABLE_STAGE, IMPULSE, side_pcollections
+from runners.spark.keyed import decode_with_bytes, round_robin_partition
+from runners.spark.metrics import MetricsAccumulatorParam, MetricsSnapshot
+from runners.spark.plan import StagePlan
+from runners.spark.stage_executor import StageExecutor
+from runners.spark.streaming_gbk import GroupingBatch, group_streaming
+from runners.spark.streaming_state import DurableStageState, KeyGroups, key_group
+from runners.spark.test_stream_source import TEST_STREAM_URN
+from runners.spark.translation import FLATTEN, GROUP_BY_KEY, RddTranslator
+from runners.spark.watermark import MIN_MICROS, MicroBatchTime
+from runners.spark.watermark_manager import Watermarks
+
+META = -1
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A splittable DoFn's remainder, to resume in a later batch."""
+
+    stage: str
+    element: bytes
+    delay_micros: int
+    watermark: int
+
+
+@dataclass
+class BatchSpec:
+    """Everything one batch reads, as its offsets record logs it."""
+
+    batch: int
+    processing_time: int
+    watermarks: Watermarks
+    impulse: bool
+    elements: dict[str, list[bytes]] = field(default_factory=dict)
+    due_groups: dict[str, list[int]] = field(default_factory=dict)
+    resumed: dict[str, list[bytes]] = field(default_factory=dict)
+    # TestStream script -> the events [start, end) the batch applies.
+    test_stream_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _KeyedTask:
+    """What a keyed task needs besides its records (shipped in closures)."""
+
+    stage: str
+    state_dir: str
+    key_groups: int
+    batch: int
+    input_watermark: int
+    output_watermark: int
+    processing_time: int
+
+
+def stage_key(name: str) -> str:
+    """A stable directory name for a stage's state."""
+    return hashlib.sha1(name.encode()).hexdigest()[:16]
+
+
+def key_group_elements(
+    components: bytes, windowed_kv_coder_id: str, key_groups: int, chunks
+) -> Iterator[tuple[int, bytes]]:
+    """Splits chunks of windowed KVs into (key group, encoded element)."""
+    coder = context_from_bytes(components).coders[windowed_kv_coder_id]
+    impl = coder.get_impl()
+    key_impl = coder.wrapped_value_coder.key_coder().get_impl()
+    for chunk in chunks:
+        for wv, raw in decode_with_bytes(chunk, impl):
+            yield key_group(key_impl.encode_nested(wv.value[0]), key_groups), raw
+
+
+class MicroBatchTranslator(RddTranslator):
+    """Builds and runs the lineage of one batch at a time."""
+
+    def __init__(self, pipeline, sc, options, state_root: str, key_groups: int):
+        super().__init__(pipeline, sc, options)
+        # The driver holds no stage's output between batches.
+        self._driver_stages = set()
+        self._state_root = state_root
+        self.key_groups = key_groups
+        self._plans: dict[str, StagePlan] = {}
+        self._spec: BatchSpec | None = None
+        self._empty: set[str] = set()
+        self._meta: list[Any] = []
+        self.primitives = self._primitives()
+        for proto in self.primitives:
+            if side_pcollections(proto):
+                raise NotImplementedError(
+                    f"SparkRunner streaming does not serve side inputs yet "
+                    f"({proto.unique_name!r} reads one)"
+                )
+
+    def keyed_stages(self) -> list[str]:
+        """Unique names of the transforms that keep keyed state."""
+        return [p.unique_name for p in self.primitives if self._is_keyed(p)]
+
+    def _is_keyed(self, proto: beam_runner_api_pb2.PTransform) -> bool:
+        if proto.spec.urn == GROUP_BY_KEY:
+            return True
+        if proto.spec.urn != EXECUTABLE_STAGE:
+            return False
+        payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(
+            proto.spec.payload
+        )
+        return bool(payload.user_states or payload.timers)
+
+    def run_batch(self, spec: BatchSpec) -> tuple[list[Any], MetricsSnapshot]:
+        """Runs one batch; returns its driver records and metrics."""
+        self._spec = spec
+        self._rdds, self._on_driver, self._empty = {}, {}, set()
+        self._meta, self.leaves = [], []
+        self.accumulator = self._sc.accumulator(
+            MetricsSnapshot(), MetricsAccumulatorParam()
+        )
+        try:
+            self.translate()
+            wanted = self._meta + [leaf.filter(_never) for leaf in self.leaves]
+            if not wanted:
+                return [], MetricsSnapshot()
+            self._sc.setJobDescription(f"micro-batch {spec.batch}")
+            try:
+                records = self._sc.union(wanted).collect()
+            finally:
+                self._sc.setJobDescription(None)
+            return records, self.accumulator.value
+        finally:
+            self.unpersist()
+
+    def _translate_if_ready(self, proto: beam_runner_api_pb2.PTransform) -> bool:
+        known = self._rdds.keys() | self._empty
+        if any(pc not in known for pc in proto.inputs.values()):
+            return False
+        urn = proto.spec.urn
+        outputs = list(proto.outputs.values())
+        if urn == IMPULSE:
+            self._impulse(only_element(outputs))
+        elif urn == TEST_STREAM_URN:
+            for pc in outputs:
+                self._from_driver(pc, self._spec.elements.get(pc, []))
+        elif all(pc in self._empty for pc in proto.inputs.values()) and not (
+            self._spec.due_groups.get(proto.unique_name)
+            or self._spec.resumed.get(proto.unique_name)
+        ):
+            self._empty.update(outputs)
+        elif urn == FLATTEN:
+            inputs = [
+                self._rdds[pc] for pc in proto.inputs.values() if pc in self._rdds
+            ]
+            self._set(only_element(outputs), self._sc.union(inputs))
+        elif urn == GROUP_BY_KEY:
+            self._group_streaming(proto)
+        elif urn == EXECUTABLE_STAGE:
+            self._streaming_stage(proto)
+        else:
+            return super()._translate_if_ready(proto)
+        return True
+
+    def _impulse(self, pcoll: str) -> None:
+        from apache_beam.runners import common
+
+        if self._spec.impulse:
+            self._from_driver(pcoll, [common.ENCODED_IMPULSE_VALUE])
+        else:
+            self._empty.add(pcoll)
+
+    def _from_driver(self, pcoll: str, chunks: list[bytes]) -> None:
+        if chunks:
+            self._set(pcoll, self._sc.parallelize(chunks, 1))
+        else:
+            self._empty.add(pcoll)
+
+    def _keyed_task(self, proto) -> _KeyedTask:
+        name = proto.unique_name
+        marks = self._spec.watermarks
+        return _KeyedTask(
+            stage=name,
+            state_dir=f"{self._state_root}/{stage_key(name)}",
+            key_groups=self.key_groups,
+            batch=self._spec.batch,
+            input_watermark=marks.inputs[name],
+            output_watermark=marks.output_of(name, proto.outputs.values()),
+            processing_time=self._spec.processing_time,
+        )
+
+    def _by_key_group(self, proto, in_pc: str, coder_id: str):
+        """The stage's input as (key group, element), plus a wake-up record
+        per key group with a due timer, partitioned by key group."""
+        parts = []
+        if in_pc in self._rdds:
+            parts.append(
+                self._rdds[in_pc].mapPartitions(
+                    functools.partial(
+                        key_group_elements, self._shipped, coder_id, self.key_groups
+                    )
+                )
+            )
+        due = self._spec.due_groups.get(proto.unique_name, [])
+        if due:
+            parts.append(self._sc.parallelize([(g, b"") for g in due], 1))
+        rdd = parts[0] if len(parts) == 1 else self._sc.union(parts)
+        return rdd.partitionBy(self._parallelism, round_robin_partition)
+
+    def _group_streaming(self, proto) -> None:
+        in_pc = only_element(proto.inputs.values())
+        out_pc = only_element(proto.outputs.values())
+        task = self._keyed_task(proto)
+        body = functools.partial(
+            group_streaming,
+            self._shipped,
+            self._windowed[in_pc],
+            self._windowed[out_pc],
+            self._components.pcollections[in_pc].windowing_strategy_id,
+            GroupingBatch(**vars(task)),
+        )
+        tagged = self._by_key_group(proto, in_pc, self._windowed[in_pc]).mapPartitions(
+            body
+        )
+        self._split_tagged(tagged, [out_pc])
+
+    def _streaming_stage(self, proto) -> None:
+        plan = self._plans.get(proto.unique_name)
+        if plan is None:
+            plan = self._plans[proto.unique_name] = self._plan(proto)
+        name = proto.unique_name
+        marks = self._spec.watermarks
+        if plan.stateful:
+            task = self._keyed_task(proto)
+            rdd = self._by_key_group(proto, plan.input_pcollection, plan.input_coder_id)
+        else:
+            task = _KeyedTask(
+                name,
+                "",
+                0,
+                self._spec.batch,
+                marks.inputs[name],
+                MIN_MICROS,
+                self._spec.processing_time,
+            )
+            rdd = self._rdds.get(plan.input_pcollection)
+        resumed = self._spec.resumed.get(name)
+        if resumed:
+            extra = self._sc.parallelize(resumed, 1)
+            rdd = extra if rdd is None else rdd.union(extra)
+        body = functools.partial(
+            _stage_partition,
+            plan,
+            self._shipped,
+            self._bundle_bytes,
+            self.accumulator,
+            task,
+        )
+        self._split_tagged(rdd.mapPartitions(body), plan.outputs)
+
+    def _split_tagged(self, tagged, outputs: list[str]) -> None:
+        """Outputs by tag; driver records (tag META) into the batch's collect."""
+        tagged = self._persist(tagged)
+        self._meta.append(tagged.filter(functools.partial(_has_tag, META)).values())
+        for ix, pcoll in enumerate(outputs):
+            self._set(pcoll, tagged.filter(functools.partial(_has_tag, ix)).values())
+
+
+def _never(_record) -> bool:
+    return False
+
+
+def _has_tag(ix: int, record: tuple[int, Any]) -> bool:
+    return record[0] == ix
+
+
+def _deferred(stage: str, residual: Any) -> Deferred:
+    delay = residual.requested_time_delay
+    marks = [
+        ts.seconds * 1_000_000 + ts.nanos // 1000
+        for ts in residual.application.output_watermarks.values()
+    ]
+    return Deferred(
+        stage,
+        residual.application.element,
+        delay.seconds * 1_000_000 + delay.nanos // 1000,
+        min(marks) if marks else MIN_MICROS,
+    )
+
+
+def _stage_partition(
+    plan: StagePlan,
+    components: bytes,
+    bundle_bytes: int,
+    accumulator: Any,
+    task: _KeyedTask,
+    records: Iterable[Any],
+) -> Iterator[tuple[int, Any]]:
+    """Spark ``mapPartitions`` body of a stage in a micro-batch."""
+    time = MicroBatchTime(task.input_watermark, task.processing_time)
+    state = None
+    inputs: Iterable[bytes] = records
+    if plan.stateful:
+        groups = KeyGroups(task.state_dir, task.stage, task.key_groups, task.batch)
+        key_coder = context_from_bytes(components).coders[plan.key_coder_id]
+        state = DurableStageState(groups, (), plan.timer_families, key_coder)
+        # Opening a group as its records arrive also opens the groups woken
+        # for due timers, whose records are empty.
+        inputs = (raw for group, raw in records if groups.group(group) and raw)
+    executor = StageExecutor(plan, (), bundle_bytes, state=state, time=time)
+    try:
+        yield from executor.run(inputs)
+        summaries = executor.state.commit()
+    except BaseException:
+        executor.state.abandon()
+        raise
+    if executor.metrics:
+        accumulator.add(executor.metrics)
+    for summary in summaries:
+        yield META, summary
+    for residual in time.deferred:
+        yield META, _deferred(task.stage, residual)

@@ -1,0 +1,487 @@
+"""The driver loop of a streaming pipeline: micro-batches, checkpoints, restart.
+
+Each batch N:
+
+1. is planned from the last committed position: its processing time (the
+   wall clock, or the TestStream's scripted clock), its watermarks
+   (``watermark_manager.py``), the key groups with a due timer, the
+   deferred remainders whose delay has passed, the Impulse (first batch
+   only) and, once the pipeline is quiescent, the next TestStream step;
+2. is logged in ``offsets/N`` before it runs;
+3. runs as one Spark job (``micro_batch.py``), whose tasks commit their key
+   groups' state as they end;
+4. is committed in ``commits/N`` with the position after it: sources'
+   positions, every key group's next timers and hold, pending remainders,
+   the watermarks it ran with, and the job's user metrics so far.
+
+On restart the last commit is loaded; a batch logged in ``offsets`` but not
+committed is replayed from its log (same TestStream events, same processing
+time), and the key groups undo what its earlier attempt wrote. A stop asked
+for with ``cancel()`` takes effect between batches, after a commit.
+
+The job ends by itself when every source has finished, every watermark is
++inf and no event-time timer is pending. Processing-time timers still set
+then are reported and dropped: no clock will make them due.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import pickle
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from apache_beam.runners import runner
+
+from runners.spark.checkpoint import CheckpointDir
+from runners.spark.driver_stages import IMPULSE
+from runners.spark.durable_store import GroupSummary
+from runners.spark.errors import from_spark_exception
+from runners.spark.metrics import MetricsSnapshot, SparkMetrics
+from runners.spark.micro_batch import (
+    BatchSpec,
+    Deferred,
+    MicroBatchTranslator,
+)
+from runners.spark.test_stream_source import TEST_STREAM_URN, TestStreamScript
+from runners.spark.watermark import MAX_MICROS, MIN_MICROS
+from runners.spark.watermark_manager import WatermarkManager, Watermarks
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclass
+class Remainder:
+    """A deferred splittable-DoFn remainder, due at ``ready_at`` (µs)."""
+
+    stage: str
+    element: bytes
+    ready_at: int
+    watermark: int
+
+
+@dataclass
+class JobPosition:
+    """Where the job stands after its last committed batch."""
+
+    next_batch: int = 0
+    processing_time: int = MIN_MICROS
+    impulse_done: bool = False
+    test_streams: dict[str, int] = field(default_factory=dict)
+    groups: dict[str, dict[int, GroupSummary]] = field(default_factory=dict)
+    remainders: list[Remainder] = field(default_factory=list)
+    watermarks: dict[str, int] = field(default_factory=dict)
+    metrics: MetricsSnapshot = field(default_factory=MetricsSnapshot)
+
+    def to_record(self) -> dict:
+        return {
+            "next_batch": self.next_batch,
+            "processing_time": self.processing_time,
+            "impulse_done": self.impulse_done,
+            "test_streams": self.test_streams,
+            "groups": [
+                asdict(s) for stage in self.groups.values() for s in stage.values()
+            ],
+            "remainders": [
+                {**asdict(r), "element": base64.b64encode(r.element).decode()}
+                for r in self.remainders
+            ],
+            "watermarks": self.watermarks,
+            "metrics": base64.b64encode(pickle.dumps(self.metrics)).decode(),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict) -> JobPosition:
+        groups: dict[str, dict[int, GroupSummary]] = {}
+        for raw in record["groups"]:
+            summary = GroupSummary(**raw)
+            groups.setdefault(summary.stage, {})[summary.group] = summary
+        return cls(
+            next_batch=record["next_batch"],
+            processing_time=record["processing_time"],
+            impulse_done=record["impulse_done"],
+            test_streams=record["test_streams"],
+            groups=groups,
+            remainders=[
+                Remainder(**{**r, "element": base64.b64decode(r["element"])})
+                for r in record["remainders"]
+            ],
+            watermarks=record["watermarks"],
+            metrics=pickle.loads(base64.b64decode(record["metrics"])),
+        )
+
+
+@dataclass(frozen=True)
+class StreamingSettings:
+    """The streaming options, resolved."""
+
+    checkpoint_dir: str | None
+    key_groups: int
+    batch_interval: float
+
+
+class StreamingJob:
+    """One streaming pipeline's driver loop (run in a background thread)."""
+
+    def __init__(self, pipeline, sc, spark_options, settings: StreamingSettings):
+        if settings.checkpoint_dir:
+            path = settings.checkpoint_dir
+        else:
+            path = tempfile.mkdtemp(prefix="millwheel-checkpoint-")
+            _LOGGER.info(
+                "SparkRunner streaming: no --checkpoint_dir given; checkpoints "
+                "go to the fresh directory %s (a restart cannot resume from it "
+                "unless it is passed)",
+                path,
+            )
+        self.checkpoint = CheckpointDir(path)
+        self._translator = MicroBatchTranslator(
+            pipeline,
+            sc,
+            spark_options,
+            str(self.checkpoint.root / "state"),
+            settings.key_groups,
+        )
+        self._settings = settings
+        primitives = self._translator.primitives
+        self._watermarks = WatermarkManager(primitives)
+        components = self._translator._shipped
+        windowed = self._translator._windowed
+        self._scripts = {
+            p.unique_name: TestStreamScript(p, components, windowed)
+            for p in primitives
+            if p.spec.urn == TEST_STREAM_URN
+        }
+        self._impulse_outputs = [
+            pc for p in primitives if p.spec.urn == IMPULSE for pc in p.outputs.values()
+        ]
+        self._outputs = {p.unique_name: list(p.outputs.values()) for p in primitives}
+        self.checkpoint.bind(
+            {
+                "keyed_stages": sorted(self._translator.keyed_stages()),
+                "key_groups": settings.key_groups,
+            }
+        )
+        self.state = runner.PipelineState.STOPPED
+        self.error: BaseException | None = None
+        self.position = JobPosition(
+            test_streams=dict.fromkeys(self._scripts, 0),
+        )
+        self._stop = threading.Event()
+
+    # -- the loop ------------------------------------------------------------
+
+    def run(self) -> None:
+        """Runs batches until the pipeline finishes or a stop is asked for."""
+        self.state = runner.PipelineState.RUNNING
+        try:
+            self._restore()
+            while not self._stop.is_set():
+                spec = self._plan()
+                if spec is None:
+                    self.state = runner.PipelineState.DONE
+                    return
+                if spec is _IDLE:
+                    self._stop.wait(self._settings.batch_interval or 0.05)
+                    continue
+                started = time.monotonic()
+                self._run(spec)
+                pause = self._settings.batch_interval - (time.monotonic() - started)
+                if pause > 0 and not self._scripts:
+                    self._stop.wait(pause)
+            self.state = runner.PipelineState.CANCELLED
+        except BaseException as exc:  # noqa: BLE001 - reported by the result
+            self.error = from_spark_exception(exc) or exc
+            self.state = runner.PipelineState.FAILED
+
+    def stop(self) -> None:
+        """Asks the loop to stop after the batch it is running commits."""
+        self._stop.set()
+
+    def _restore(self) -> None:
+        last = self.checkpoint.last_commit()
+        if last is not None:
+            batch, record = last
+            self.position = JobPosition.from_record(record)
+            _LOGGER.info(
+                "SparkRunner streaming: resuming after committed batch %d from %s",
+                batch,
+                self.checkpoint.root,
+            )
+
+    def _run(self, spec: BatchSpec) -> None:
+        started = time.monotonic()
+        records, metrics = (
+            self._translator.run_batch(spec) if _has_work(spec) else ([], None)
+        )
+        self._fold(spec, records, metrics)
+        self.checkpoint.write_commit(spec.batch, self.position.to_record())
+        self.checkpoint.prune(spec.batch)
+        _LOGGER.info(
+            "SparkRunner streaming: batch %d committed in %.2f s: %d element "
+            "chunk(s) and %d remainder(s) in, %d key group(s) woken, output "
+            "watermark %s, oldest pending timer %s",
+            spec.batch,
+            time.monotonic() - started,
+            sum(len(c) for c in spec.elements.values()),
+            sum(len(r) for r in spec.resumed.values()),
+            sum(len(g) for g in spec.due_groups.values()),
+            _format_micros(
+                min(spec.watermarks.pcollections.values(), default=MAX_MICROS)
+            ),
+            _format_micros(self._oldest_timer()),
+        )
+
+    # -- planning ------------------------------------------------------------
+
+    def _plan(self) -> BatchSpec | object | None:
+        position = self.position
+        batch = position.next_batch
+        logged = self.checkpoint.read_offsets(batch)
+        if logged is not None:
+            return self._replayed(batch, logged)
+        scripted = bool(self._scripts)
+        now = (
+            self._script_time(position.test_streams)
+            if scripted
+            else max(int(time.time() * 1e6), position.processing_time + 1)
+        )
+        spec = self._spec(batch, now, dict(position.test_streams))
+        moved = spec.watermarks.pcollections != position.watermarks
+        if _has_work(spec) or moved:
+            self._log_offsets(spec, {})
+            return spec
+        steps = {
+            name: script.next_step(position.test_streams[name])
+            for name, script in self._scripts.items()
+            if not script.done(position.test_streams[name])
+        }
+        if steps:
+            ranges = {name: (s.start, s.end) for name, s in steps.items()}
+            return self._scripted(batch, ranges)
+        if self._finished(spec):
+            return None
+        return _IDLE
+
+    def _replayed(self, batch: int, logged: dict) -> BatchSpec:
+        _LOGGER.info("SparkRunner streaming: replaying uncommitted batch %d", batch)
+        ranges = {name: tuple(r) for name, r in logged["test_streams"].items()}
+        spec = self._spec(batch, logged["processing_time"], self.position.test_streams)
+        self._add_steps(spec, ranges)
+        return spec
+
+    def _scripted(self, batch: int, ranges: dict[str, tuple[int, int]]) -> BatchSpec:
+        advance = {
+            name: self._scripts[name].step(*r).advance_processing_micros
+            for name, r in ranges.items()
+        }
+        now = self._script_time(self.position.test_streams) + max(advance.values())
+        spec = self._spec(batch, now, self.position.test_streams)
+        self._add_steps(spec, ranges)
+        self._log_offsets(spec, ranges)
+        return spec
+
+    def _add_steps(self, spec: BatchSpec, ranges: dict) -> None:
+        spec.test_stream_ranges = ranges
+        for name, (start, end) in ranges.items():
+            for pc, chunks in self._scripts[name].step(start, end).elements.items():
+                spec.elements.setdefault(pc, []).extend(chunks)
+
+    def _log_offsets(self, spec: BatchSpec, ranges: dict) -> None:
+        spec.test_stream_ranges = ranges
+        self.checkpoint.write_offsets(
+            spec.batch,
+            {
+                "batch": spec.batch,
+                "processing_time": spec.processing_time,
+                "impulse": spec.impulse,
+                "test_streams": {k: list(v) for k, v in ranges.items()},
+                "resumed": {k: len(v) for k, v in spec.resumed.items()},
+                "watermarks": spec.watermarks.pcollections,
+            },
+        )
+
+    def _script_time(self, positions: dict[str, int]) -> int:
+        return max(
+            self._scripts[name].processing_time(pos) for name, pos in positions.items()
+        )
+
+    def _spec(self, batch: int, now: int, positions: dict[str, int]) -> BatchSpec:
+        position = self.position
+        marks = self._compute_watermarks(positions)
+        due = {}
+        for stage, groups in position.groups.items():
+            horizon = _event_horizon(marks.inputs[stage])
+            woken = sorted(
+                g
+                for g, s in groups.items()
+                if (s.next_event is not None and s.next_event <= horizon)
+                or (s.next_processing is not None and s.next_processing <= now)
+            )
+            if woken:
+                due[stage] = woken
+        resumed: dict[str, list[bytes]] = {}
+        for remainder in position.remainders:
+            if remainder.ready_at <= now:
+                resumed.setdefault(remainder.stage, []).append(remainder.element)
+        return BatchSpec(
+            batch=batch,
+            processing_time=now,
+            watermarks=marks,
+            impulse=not position.impulse_done,
+            due_groups=due,
+            resumed=resumed,
+        )
+
+    def _compute_watermarks(self, positions: dict[str, int]) -> Watermarks:
+        sources = dict.fromkeys(
+            self._impulse_outputs,
+            MAX_MICROS if self.position.impulse_done else MIN_MICROS,
+        )
+        for name, script in self._scripts.items():
+            sources.update(script.watermarks(positions[name]))
+        holds: dict[str, int] = {}
+        for stage, groups in self.position.groups.items():
+            marks = [s.hold for s in groups.values() if s.hold is not None]
+            if marks:
+                holds[stage] = min(marks)
+        for remainder in self.position.remainders:
+            holds[remainder.stage] = min(
+                holds.get(remainder.stage, MAX_MICROS), remainder.watermark
+            )
+        return self._watermarks.compute(sources, holds)
+
+    def _finished(self, spec: BatchSpec) -> bool:
+        if self.position.remainders:
+            return False
+        if any(mark < MAX_MICROS for mark in spec.watermarks.pcollections.values()):
+            if self._scripts:
+                _LOGGER.warning(
+                    "SparkRunner streaming: the TestStream has ended but "
+                    "watermarks are held below +inf: %s",
+                    {k: v for k, v in spec.watermarks.inputs.items() if v < MAX_MICROS},
+                )
+                return True
+            return False
+        waiting = self._oldest_timer()
+        if waiting is not None:
+            _LOGGER.warning(
+                "SparkRunner streaming: finished with processing-time timers "
+                "still set (the earliest at %s); they will not fire",
+                _format_micros(waiting),
+            )
+        return True
+
+    def _oldest_timer(self) -> int | None:
+        times = [
+            t
+            for groups in self.position.groups.values()
+            for s in groups.values()
+            for t in (s.next_event, s.next_processing)
+            if t is not None
+        ]
+        return min(times) if times else None
+
+    # -- committing ----------------------------------------------------------
+
+    def _fold(self, spec: BatchSpec, records: list, metrics) -> None:
+        position = self.position
+        for name, (_, end) in spec.test_stream_ranges.items():
+            position.test_streams[name] = end
+        resumed_at = spec.processing_time
+        position.remainders = [
+            r for r in position.remainders if r.ready_at > resumed_at
+        ]
+        for record in records:
+            if isinstance(record, GroupSummary):
+                stage = position.groups.setdefault(record.stage, {})
+                if _idle(record):
+                    stage.pop(record.group, None)
+                else:
+                    stage[record.group] = record
+            elif isinstance(record, Deferred):
+                position.remainders.append(
+                    Remainder(
+                        record.stage,
+                        record.element,
+                        spec.processing_time + record.delay_micros,
+                        record.watermark,
+                    )
+                )
+        if metrics:
+            position.metrics = position.metrics.merge(metrics)
+        position.impulse_done = True
+        position.processing_time = spec.processing_time
+        position.watermarks = spec.watermarks.pcollections
+        position.next_batch = spec.batch + 1
+
+
+_IDLE = object()
+
+
+def _idle(summary: GroupSummary) -> bool:
+    return (
+        summary.next_event is None
+        and summary.next_processing is None
+        and (summary.hold is None or summary.hold >= MAX_MICROS)
+    )
+
+
+def _has_work(spec: BatchSpec) -> bool:
+    return bool(spec.impulse or spec.elements or spec.due_groups or spec.resumed)
+
+
+def _event_horizon(watermark: int) -> int:
+    return MAX_MICROS if watermark >= MAX_MICROS else watermark - 1
+
+
+def _format_micros(micros: int | None) -> str:
+    if micros is None:
+        return "none"
+    if micros >= MAX_MICROS:
+        return "+inf"
+    if micros <= MIN_MICROS:
+        return "-inf"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(micros / 1e6)) + (
+        f".{micros % 1_000_000:06d}Z"
+    )
+
+
+class StreamingPipelineResult(runner.PipelineResult):
+    """A running streaming job: wait for it, cancel it, read its metrics."""
+
+    def __init__(self, job: StreamingJob) -> None:
+        super().__init__(runner.PipelineState.RUNNING)
+        self._job = job
+        self._thread = threading.Thread(
+            target=job.run, name="spark-streaming-driver", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def state(self) -> str:
+        return self._job.state
+
+    def wait_until_finish(self, duration=None) -> str:
+        """Blocks until the job ends, or for ``duration`` milliseconds."""
+        self._thread.join(None if duration is None else duration / 1000)
+        if self._job.error is not None:
+            raise self._job.error
+        return self._job.state
+
+    def cancel(self) -> str:
+        """Stops after the running batch commits; returns the final state."""
+        self._job.stop()
+        return self.wait_until_finish()
+
+    def metrics(self) -> SparkMetrics:
+        """User metrics of the committed batches (a replay counts once)."""
+        return SparkMetrics(self._job.position.metrics)
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """Where the job's checkpoints are."""
+        return str(self._job.checkpoint.root)
