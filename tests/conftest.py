@@ -1,1 +1,60 @@
+"""Suite-wide fixtures: the Bigtable emulator (``testing.fixtures``), one
+local[2] SparkSession, and the ``both_runners`` marker.
+
+A module marked ``both_runners`` runs each of its tests twice: on Beam's
+DirectRunner and on this project's SparkRunner, with the same assertions.
+Its pipelines are built without a runner (``TestPipeline(options=...)`` or
+``beam.Pipeline(options=...)``), so the fixture points Beam's default runner
+at the one the test is parametrised with.
+"""
+
+from __future__ import annotations
+
+import pytest
+from apache_beam.options.pipeline_options import StandardOptions
+
 pytest_plugins = ["testing.fixtures"]
+
+SPARK_RUNNER = "runners.spark.SparkRunner"
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "both_runners: run on the DirectRunner and on SparkRunner"
+    )
+
+
+def pytest_generate_tests(metafunc) -> None:
+    if metafunc.definition.get_closest_marker("both_runners"):
+        metafunc.fixturenames.append("beam_runner")
+        metafunc.parametrize(
+            "beam_runner", ["direct", pytest.param("spark", marks=pytest.mark.spark)]
+        )
+
+
+@pytest.fixture(scope="session")
+def spark_session():
+    """A light local[2] session that SparkRunner pipelines reuse."""
+    from runners.spark.options import SparkOptions
+    from runners.spark.session import get_or_create_session
+
+    options = SparkOptions(
+        [
+            "--spark_master_url=local[2]",
+            "--spark_default_parallelism=2",
+            "--spark_conf=spark.sql.shuffle.partitions=2",
+        ]
+    )
+    session = get_or_create_session(options)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _default_runner(request, monkeypatch):
+    """Points Beam's default runner at the one a ``both_runners`` test is
+    parametrised with."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("beam_runner") == "spark":
+        request.getfixturevalue("spark_session")
+        monkeypatch.setattr(StandardOptions, "DEFAULT_RUNNER", SPARK_RUNNER)

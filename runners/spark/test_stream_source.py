@@ -9,7 +9,8 @@ and processing time), so watermarks and processing time move exactly as
 scripted, and timers and panes see each step as they would on Beam's
 DirectRunner. Processing time starts at 0, as Beam's test clock does.
 
-Elements go out in the global window at their scripted timestamps. A
+Elements go out in the global window at their scripted timestamps (a
+scripted ``WindowedValue`` in its own windows). A
 watermark event moves the named output's watermark once the batch holding
 it is done. After the last event comes one more step, at quiescence too,
 that moves every output's watermark to +inf.
@@ -20,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.testing.test_stream import WindowedValueHolder
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
@@ -36,6 +38,14 @@ def _millis_to_micros(millis: int) -> int:
     if millis >= _MAX_MILLIS:
         return MAX_MICROS
     return max(millis * 1000, MIN_MICROS)
+
+
+def _windowed(value, micros: int) -> WindowedValue:
+    # A scripted WindowedValue travels wrapped, and goes out in its own
+    # windows, timestamp and pane, as on Beam's DirectRunner.
+    if isinstance(value, WindowedValueHolder):
+        return value.windowed_value
+    return WindowedValue(value, Timestamp(micros=micros), (GlobalWindow(),))
 
 
 @dataclass(frozen=True)
@@ -105,10 +115,9 @@ class TestStreamScript:
                 pcoll = self.outputs[event.element_event.tag]
                 impl = context.coders[self._windowed[pcoll]].get_impl()
                 values = (
-                    WindowedValue(
+                    _windowed(
                         element_impl.decode(e.encoded_element),
-                        Timestamp(micros=_millis_to_micros(e.timestamp)),
-                        (GlobalWindow(),),
+                        _millis_to_micros(e.timestamp),
                     )
                     for e in event.element_event.elements
                 )

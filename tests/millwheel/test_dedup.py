@@ -13,6 +13,9 @@ from apache_beam.transforms.window import TimestampedValue
 
 from transforms.millwheel.dedup import DedupByRecordId
 
+# The same assertions on the DirectRunner and on SparkRunner.
+pytestmark = pytest.mark.both_runners
+
 SECOND = 1000  # ms
 
 

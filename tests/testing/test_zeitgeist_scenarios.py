@@ -16,6 +16,9 @@ from testing.scenarios import ZeitgeistScenario, from_generated, timestamped
 from testing.zeitgeist_generator import HOUR_MS, MINUTE_MS, StreamSpec, generate
 from transforms.records import zeitgeist_pb2
 
+# The same assertions on the DirectRunner and on SparkRunner.
+pytestmark = pytest.mark.both_runners
+
 T0 = 1_767_571_200_000  # 2026-01-05T00:00Z, a window boundary
 W = 5 * MINUTE_MS
 

@@ -18,6 +18,9 @@ from transforms.millwheel.lateness import LateDataPolicy, LatePolicy
 from transforms.zeitgeist.composite import LATE_RECORDS, WINDOW_COUNTS, Zeitgeist
 from transforms.zeitgeist.params import WindowParams
 
+# The same assertions on the DirectRunner and on SparkRunner.
+pytestmark = pytest.mark.both_runners
+
 
 def counts(params, scenario):
     """Run Zeitgeist; return its outputs inside an open pipeline context."""

@@ -15,6 +15,23 @@ def to_timestamp(ms: int) -> Timestamp:
     return Timestamp(micros=ms * 1000)
 
 
+def last_instant(end_ms: int) -> Timestamp:
+    """The last microsecond before ``end_ms``: when an end-of-window timer is
+    set, as Beam's GroupByKey sets its own (the window's max timestamp).
+
+    Beam's model fires an event-time timer once the watermark has passed it;
+    a timer at the last instant therefore fires as soon as the watermark
+    reaches the window's end, on every runner (Beam's Python DirectRunner
+    also fires a timer whose time the watermark has only reached).
+    """
+    return Timestamp(micros=ms_to_micros(end_ms) - 1)
+
+
+def ms_to_micros(ms: int) -> int:
+    """Microseconds of an event time in milliseconds."""
+    return ms * 1000
+
+
 def to_millis(ts: Timestamp) -> int:
     """Milliseconds of a Beam timestamp, rounded down."""
     return ts.micros // 1000

@@ -27,7 +27,12 @@ from apache_beam.transforms.userstate import (
 )
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.millwheel.event_time import to_millis, to_timestamp, window_start
+from transforms.millwheel.event_time import (
+    last_instant,
+    to_millis,
+    to_timestamp,
+    window_start,
+)
 from transforms.millwheel.lateness import Lateness
 from transforms.records.zeitgeist_pb2 import SearchQuery, WindowCount
 from transforms.zeitgeist.params import WindowParams
@@ -153,7 +158,7 @@ class WindowCounter(beam.DoFn):
         if lateness is Lateness.ON_TIME:
             pending.add((start, search.count))
             window_end_timer.set(
-                to_timestamp(start + size), dynamic_timer_tag=str(start)
+                last_instant(start + size), dynamic_timer_tag=str(start)
             )
         elif lateness is Lateness.CORRECTABLE:
             yield self._correct(key, start, search.count, retained)
@@ -241,7 +246,7 @@ class WindowCounter(beam.DoFn):
             # The next window must be emitted even if no search arrives,
             # because only its zero count reveals a dip.
             window_end_timer.set(
-                to_timestamp(fire_end + size), dynamic_timer_tag=str(fire_end)
+                last_instant(fire_end + size), dynamic_timer_tag=str(fire_end)
             )
         if self._params.late_data.retains(fire_end, fire_end):
             gc_timer.set(
