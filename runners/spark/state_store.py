@@ -108,8 +108,9 @@ class TimerQueue:
     before any later timer fires, as Beam's Java SDK harness guarantees.
 
     Event-time timers due at their horizon fire before processing-time ones
-    due at theirs. Ties fire in the order they were set. Heap entries are not removed when a
-    timer is reset or cleared; they are skipped once their version is stale.
+    due at theirs. Ties fire in the order they were set. Heap entries are not
+    removed when a timer is reset or cleared; they are skipped once their
+    version is stale.
     Times are integer microseconds: Timestamp comparisons cost more.
     """
 
