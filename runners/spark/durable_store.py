@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 EVENT_DOMAIN = 0
+# Seconds a task waits for a key group another attempt holds.
+_LOCK_WAIT = 120.0
 PROCESSING_DOMAIN = 1
 
 _SCHEMA = """
@@ -124,7 +126,9 @@ class KeyGroupStore:
     def __init__(self, path: Path, batch: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._batch = batch
-        self._db = sqlite3.connect(path, isolation_level=None)
+        # A slow earlier attempt of the same task may still hold the file:
+        # wait for it rather than fail.
+        self._db = sqlite3.connect(path, isolation_level=None, timeout=_LOCK_WAIT)
         self._db.executescript(
             "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
             + _SCHEMA

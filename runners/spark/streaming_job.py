@@ -46,7 +46,7 @@ from runners.spark.micro_batch import (
     Deferred,
     MicroBatchTranslator,
 )
-from runners.spark.test_stream_source import TEST_STREAM_URN, TestStreamScript
+from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
 from runners.spark.watermark import MAX_MICROS, MIN_MICROS
 from runners.spark.watermark_manager import WatermarkManager, Watermarks
 
@@ -151,7 +151,7 @@ class StreamingJob:
         components = self._translator._shipped
         windowed = self._translator._windowed
         self._scripts = {
-            p.unique_name: TestStreamScript(p, components, windowed)
+            p.unique_name: ScriptedStream(p, components, windowed)
             for p in primitives
             if p.spec.urn == TEST_STREAM_URN
         }

@@ -58,7 +58,7 @@ class ScriptStep:
     advance_processing_micros: int
 
 
-class TestStreamScript:
+class ScriptedStream:
     """One TestStream transform's events, addressed by position."""
 
     def __init__(

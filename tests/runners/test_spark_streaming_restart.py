@@ -4,8 +4,9 @@ restarted on the same checkpoint directory, ends with the outputs of a run
 that was never killed, line for line.
 
 The kills are real: the job runs in its own process (with Spark's JVM and
-Python workers under it) and the test sends SIGKILL to the whole group once
-the job's user code has announced that it is at the chosen point.
+Python workers under it) and the test sends SIGKILL to it and every process
+under it once the job's user code has announced that it is at the chosen
+point.
 """
 
 from __future__ import annotations
@@ -49,6 +50,31 @@ def _start(work: Path, pause_at: str = "", master: str = "local[2]"):
         )
 
 
+def _kill_tree(root: int) -> None:
+    """SIGKILL a process and every descendant, as a machine crash would.
+    (PySpark's worker daemon runs in a process group of its own, so killing
+    the job's group alone would leave its workers running.)"""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    doomed = {root}
+    grew = True
+    while grew:
+        found = {pid for pid, parent in parents.items() if parent in doomed}
+        grew = not found <= doomed
+        doomed |= found
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _finish(process, work: Path) -> None:
     assert process.wait(timeout=300) == 0, _logs(work)
 
@@ -90,7 +116,7 @@ def test_killed_driver_restarts_with_the_same_outputs(point, tmp_path, uninterru
         assert victim.poll() is None, _logs(tmp_path)
         assert time.monotonic() < deadline, _logs(tmp_path)
         time.sleep(0.1)
-    os.killpg(victim.pid, signal.SIGKILL)
+    _kill_tree(victim.pid)
     victim.wait()
     committed = sorted((tmp_path / "checkpoint" / "commits").iterdir())
     assert committed, "the kill should land after some batches committed"

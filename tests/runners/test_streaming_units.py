@@ -1,0 +1,147 @@
+"""Fast unit tests of streaming's pieces that need no SparkContext: the
+key-group store and its undo log, the watermark manager, the checkpoint
+directory and the TestStream script."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.portability.api import beam_runner_api_pb2
+
+from runners.spark.checkpoint import CheckpointDir, CheckpointMismatch
+from runners.spark.components import add_windowed_coders
+from runners.spark.durable_store import (
+    EVENT_DOMAIN,
+    PROCESSING_DOMAIN,
+    KeyGroupStore,
+    StateAheadOfCheckpoint,
+)
+from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
+from runners.spark.watermark import MAX_MICROS, MIN_MICROS
+from runners.spark.watermark_manager import WatermarkManager
+
+
+def _write_batch(path, batch, key=b"k", value=b"v"):
+    store = KeyGroupStore(path, batch)
+    store.append(key, value)
+    store.set_timer(b"t-" + value, b"owner", EVENT_DOMAIN, 100 + batch, 50, b"")
+    store.commit()
+
+
+def _contents(path, batch):
+    store = KeyGroupStore(path, batch)
+    data = store.read(b"k")
+    summary = store.summary("s", 0)
+    store.abandon()
+    return data, summary
+
+
+def test_a_replayed_batch_starts_from_the_state_before_its_first_attempt(tmp_path):
+    path = tmp_path / "kg-0.sqlite"
+    _write_batch(path, 0, value=b"zero")
+    _write_batch(path, 1, value=b"one")  # committed by the task, not the driver
+    # Batch 1 runs again: it must see batch 0's state only.
+    data, summary = _contents(path, 1)
+    assert data == [b"zero"]
+    assert summary.next_event == 100
+
+
+def test_a_committed_batch_is_kept_when_the_next_one_starts(tmp_path):
+    path = tmp_path / "kg-0.sqlite"
+    _write_batch(path, 0, value=b"zero")
+    _write_batch(path, 1, value=b"one")
+    data, summary = _contents(path, 2)
+    assert data == [b"zero", b"one"]
+    assert (summary.next_event, summary.hold) == (100, 50)
+
+
+def test_a_failed_task_leaves_the_group_as_it_found_it(tmp_path):
+    path = tmp_path / "kg-0.sqlite"
+    _write_batch(path, 0, value=b"zero")
+    store = KeyGroupStore(path, 1)
+    store.clear(b"k")
+    store.delete_timer(b"t-zero")
+    store.abandon()
+    data, summary = _contents(path, 1)
+    assert data == [b"zero"]
+    assert summary.next_event == 100
+
+
+def test_a_group_ahead_of_the_checkpoint_is_refused(tmp_path):
+    path = tmp_path / "kg-0.sqlite"
+    _write_batch(path, 5)
+    with pytest.raises(StateAheadOfCheckpoint, match="batch 5"):
+        KeyGroupStore(path, 3)
+
+
+def test_due_timers_come_event_time_first_then_in_fire_order(tmp_path):
+    store = KeyGroupStore(tmp_path / "kg-0.sqlite", 0)
+    store.set_timer(b"p", b"o", PROCESSING_DOMAIN, 5, 5, b"")
+    store.set_timer(b"late", b"o", EVENT_DOMAIN, 30, 30, b"")
+    store.set_timer(b"early", b"o", EVENT_DOMAIN, 20, 20, b"")
+    assert store.earliest_due(25, 10).ident == b"early"
+    store.delete_timer(b"early")
+    assert store.earliest_due(25, 10).ident == b"p"  # 30 is not due at 25
+    assert store.earliest_due(25, 4) is None
+    store.abandon()
+
+
+
+
+def test_input_watermark_is_the_minimum_of_the_inputs_and_holds_propagate():
+    flatten = beam_runner_api_pb2.PTransform(
+        unique_name="flatten", inputs={"a": "A", "b": "B"}, outputs={"o": "F"}
+    )
+    stage = beam_runner_api_pb2.PTransform(
+        unique_name="stage", inputs={"i": "F"}, outputs={"o": "S"}
+    )
+    sources = [
+        beam_runner_api_pb2.PTransform(unique_name="a", outputs={"o": "A"}),
+        beam_runner_api_pb2.PTransform(unique_name="b", outputs={"o": "B"}),
+    ]
+    manager = WatermarkManager([stage, flatten, *sources])
+    marks = manager.compute({"A": 40, "B": 70}, holds={"stage": 25})
+    assert marks.inputs["flatten"] == 40
+    assert marks.inputs["stage"] == 40
+    assert marks.pcollections["S"] == 25  # held by the stage's timers
+    released = manager.compute({"A": MAX_MICROS, "B": MAX_MICROS}, holds={})
+    assert released.pcollections["S"] == MAX_MICROS
+
+
+def test_checkpoint_refuses_another_pipeline_and_keeps_the_last_commit(tmp_path):
+    checkpoint = CheckpointDir(tmp_path)
+    checkpoint.bind({"keyed_stages": ["a"], "key_groups": 16})
+    checkpoint.write_commit(0, {"n": 0})
+    checkpoint.write_commit(1, {"n": 1})
+    assert checkpoint.last_commit() == (1, {"n": 1})
+    checkpoint.prune(1)
+    assert checkpoint.last_commit() == (1, {"n": 1})
+    with pytest.raises(CheckpointMismatch, match="another pipeline"):
+        CheckpointDir(tmp_path).bind({"keyed_stages": ["a"], "key_groups": 8})
+
+
+def test_test_stream_steps_group_elements_with_the_watermark_after_them():
+    pipeline = beam.Pipeline()
+    _ = pipeline | beam.testing.test_stream.TestStream().add_elements(
+        [1, 2]
+    ).add_elements([3]).advance_watermark_to(10).advance_processing_time(
+        5
+    ).add_elements([4])
+    proto = pipeline.to_runner_api()
+    components = proto.components
+    windowed = add_windowed_coders(components)
+    transform = next(
+        t for t in components.transforms.values() if t.spec.urn == TEST_STREAM_URN
+    )
+    script = ScriptedStream(transform, components.SerializeToString(), windowed)
+    (out,) = transform.outputs.values()
+    first = script.next_step(0)
+    assert (first.start, first.end) == (0, 3)  # two element events + watermark
+    assert script.watermarks(0)[out] == MIN_MICROS
+    assert script.watermarks(3)[out] == 10_000_000
+    clock = script.next_step(3)
+    assert (clock.end, clock.advance_processing_micros) == (4, 5_000_000)
+    assert script.processing_time(4) == 5_000_000
+    last = script.next_step(5)  # after the last event: every watermark to +inf
+    assert last.end == 6 and script.done(6)
+    assert script.watermarks(6)[out] == MAX_MICROS
