@@ -11,6 +11,7 @@ point.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -69,10 +70,8 @@ def _kill_tree(root: int) -> None:
         grew = not found <= doomed
         doomed |= found
     for pid in doomed:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _finish(process, work: Path) -> None:

@@ -86,8 +86,6 @@ def test_due_timers_come_event_time_first_then_in_fire_order(tmp_path):
     store.abandon()
 
 
-
-
 def test_input_watermark_is_the_minimum_of_the_inputs_and_holds_propagate():
     flatten = beam_runner_api_pb2.PTransform(
         unique_name="flatten", inputs={"a": "A", "b": "B"}, outputs={"o": "F"}
