@@ -9,6 +9,8 @@ Layout under ``--checkpoint_dir``::
                         the timer summaries, source positions and metrics after N
     state/<stage>/kg-<G>.sqlite
                         keyed state and timers (``durable_store.py``)
+    side_inputs/<N>.pickle
+                        side-input elements produced in batch N
 
 Batch N's state is visible to the job only once ``commits/N`` exists: on
 restart a batch with offsets but no commit is replayed with the same offsets,
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import re
 import tempfile
 from pathlib import Path
@@ -94,6 +97,36 @@ class CheckpointDir:
             return None
         last = batches[-1]
         return last, json.loads((self.root / "commits" / f"{last}.json").read_text())
+
+    def write_side_inputs(self, batch: int, produced: dict[str, list[bytes]]) -> None:
+        """Stores the side-input elements batch ``batch`` produced (before
+        its commit): later batches read them, across restarts too."""
+        path = self.root / "side_inputs" / f"{batch}.pickle"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "wb") as out:
+            pickle.dump(produced, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+
+    def read_side_inputs(self, through: int) -> dict[str, list[bytes]]:
+        """Side-input elements of every batch up to ``through``, in order
+        (a replayed batch's earlier attempt may have left a newer file)."""
+        folder = self.root / "side_inputs"
+        contents: dict[str, list[bytes]] = {}
+        if not folder.exists():
+            return contents
+        batches = sorted(
+            int(name.split(".")[0])
+            for name in os.listdir(folder)
+            if name.endswith(".pickle") and not name.startswith(".")
+        )
+        for batch in (b for b in batches if b <= through):
+            with open(folder / f"{batch}.pickle", "rb") as data:
+                for pc, chunks in pickle.load(data).items():
+                    contents.setdefault(pc, []).extend(chunks)
+        return contents
 
     def state_dir(self, stage_key: str) -> Path:
         """Where the key-group files of one stateful stage live."""

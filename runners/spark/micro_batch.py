@@ -43,7 +43,7 @@ from runners.spark.streaming_gbk import GroupingBatch, group_streaming
 from runners.spark.streaming_state import DurableStageState, KeyGroups, key_group
 from runners.spark.test_stream_source import TEST_STREAM_URN
 from runners.spark.translation import FLATTEN, GROUP_BY_KEY, RddTranslator
-from runners.spark.watermark import MIN_MICROS, MicroBatchTime
+from runners.spark.watermark import MAX_MICROS, MIN_MICROS, MicroBatchTime
 from runners.spark.watermark_manager import Watermarks
 
 META = -1
@@ -59,6 +59,24 @@ class Deferred:
     watermark: int
 
 
+@dataclass(frozen=True)
+class PushedBack:
+    """An element whose side inputs were not ready: held for a later batch."""
+
+    stage: str
+    element: bytes
+    timestamp: int
+    side_watermark: int
+
+
+@dataclass(frozen=True)
+class SideChunk:
+    """Encoded elements of a side-input PCollection produced in the batch."""
+
+    pcollection: str
+    data: bytes
+
+
 @dataclass
 class BatchSpec:
     """Everything one batch reads, as its offsets record logs it."""
@@ -69,14 +87,16 @@ class BatchSpec:
     impulse: bool
     elements: dict[str, list[bytes]] = field(default_factory=dict)
     due_groups: dict[str, list[int]] = field(default_factory=dict)
+    # Elements fed to a stage again: deferred remainders whose delay has
+    # passed, and pushed-back elements whose side inputs have moved.
     resumed: dict[str, list[bytes]] = field(default_factory=dict)
     # TestStream script -> the events [start, end) the batch applies.
     test_stream_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class _KeyedTask:
-    """What a keyed task needs besides its records (shipped in closures)."""
+class _TaskSpec:
+    """What a stage's task needs besides its records (shipped in closures)."""
 
     stage: str
     state_dir: str
@@ -85,6 +105,8 @@ class _KeyedTask:
     input_watermark: int
     output_watermark: int
     processing_time: int
+    # The minimum of the stage's side inputs' watermarks (+inf: none).
+    side_watermark: int = MAX_MICROS
 
 
 def stage_key(name: str) -> str:
@@ -118,12 +140,22 @@ class MicroBatchTranslator(RddTranslator):
         self._empty: set[str] = set()
         self._meta: list[Any] = []
         self.primitives = self._primitives()
-        for proto in self.primitives:
-            if side_pcollections(proto):
-                raise NotImplementedError(
-                    f"SparkRunner streaming does not serve side inputs yet "
-                    f"({proto.unique_name!r} reads one)"
-                )
+        # Stage -> the PCollections it reads as side inputs.
+        self.side_inputs = {
+            p.unique_name: side_pcollections(p)
+            for p in self.primitives
+            if side_pcollections(p)
+        }
+        self._side_pcollections = {
+            pc for pcs in self.side_inputs.values() for pc in pcs
+        }
+        self._side_contents: dict[str, list[bytes]] = {}
+
+    def set_side_contents(self, contents: dict[str, list[bytes]]) -> None:
+        """Side inputs as of the batches committed so far: what a stage of
+        the next batch reads. (A side input produced in batch N is read from
+        batch N+1 on, once the watermark says whether it is complete.)"""
+        self._side_contents = contents
 
     def keyed_stages(self) -> list[str]:
         """Unique names of the transforms that keep keyed state."""
@@ -142,7 +174,10 @@ class MicroBatchTranslator(RddTranslator):
     def run_batch(self, spec: BatchSpec) -> tuple[list[Any], MetricsSnapshot]:
         """Runs one batch; returns its driver records and metrics."""
         self._spec = spec
-        self._rdds, self._on_driver, self._empty = {}, {}, set()
+        self._rdds, self._empty = {}, set()
+        self._on_driver = {
+            pc: self._side_contents.get(pc, []) for pc in self._side_pcollections
+        }
         self._meta, self.leaves = [], []
         self.accumulator = self._sc.accumulator(
             MetricsSnapshot(), MetricsAccumulatorParam()
@@ -165,14 +200,23 @@ class MicroBatchTranslator(RddTranslator):
         known = self._rdds.keys() | self._empty
         if any(pc not in known for pc in proto.inputs.values()):
             return False
+        self._translate_one(proto)
+        for pc in proto.outputs.values():
+            if pc in self._side_pcollections and pc in self._rdds:
+                chunks = self._rdds[pc].map(functools.partial(SideChunk, pc))
+                self._meta.append(chunks)
+        return True
+
+    def _translate_one(self, proto: beam_runner_api_pb2.PTransform) -> None:
         urn = proto.spec.urn
         outputs = list(proto.outputs.values())
+        main = set(proto.inputs.values()) - set(side_pcollections(proto))
         if urn == IMPULSE:
             self._impulse(only_element(outputs))
         elif urn == TEST_STREAM_URN:
             for pc in outputs:
                 self._from_driver(pc, self._spec.elements.get(pc, []))
-        elif all(pc in self._empty for pc in proto.inputs.values()) and not (
+        elif all(pc in self._empty for pc in main) and not (
             self._spec.due_groups.get(proto.unique_name)
             or self._spec.resumed.get(proto.unique_name)
         ):
@@ -186,9 +230,8 @@ class MicroBatchTranslator(RddTranslator):
             self._group_streaming(proto)
         elif urn == EXECUTABLE_STAGE:
             self._streaming_stage(proto)
-        else:
-            return super()._translate_if_ready(proto)
-        return True
+        elif not super()._translate_if_ready(proto):
+            raise RuntimeError(f"SparkRunner streaming: cannot run {proto.unique_name}")
 
     def _impulse(self, pcoll: str) -> None:
         from apache_beam.runners import common
@@ -204,10 +247,11 @@ class MicroBatchTranslator(RddTranslator):
         else:
             self._empty.add(pcoll)
 
-    def _keyed_task(self, proto) -> _KeyedTask:
+    def _task(self, proto) -> _TaskSpec:
         name = proto.unique_name
         marks = self._spec.watermarks
-        return _KeyedTask(
+        sides = [marks.pcollections[pc] for pc in self.side_inputs.get(name, ())]
+        return _TaskSpec(
             stage=name,
             state_dir=f"{self._state_root}/{stage_key(name)}",
             key_groups=self.key_groups,
@@ -215,15 +259,27 @@ class MicroBatchTranslator(RddTranslator):
             input_watermark=marks.inputs[name],
             output_watermark=marks.output_of(name, proto.outputs.values()),
             processing_time=self._spec.processing_time,
+            side_watermark=min(sides, default=MAX_MICROS),
         )
+
+    def _main_input(self, name: str, in_pc: str):
+        """The stage's input in this batch, with the elements fed to it again
+        (resumed remainders, pushed-back elements), or None."""
+        rdd = self._rdds.get(in_pc)
+        again = self._spec.resumed.get(name)
+        if again:
+            extra = self._sc.parallelize(again, 1)
+            rdd = extra if rdd is None else rdd.union(extra)
+        return rdd
 
     def _by_key_group(self, proto, in_pc: str, coder_id: str):
         """The stage's input as (key group, element), plus a wake-up record
         per key group with a due timer, partitioned by key group."""
         parts = []
-        if in_pc in self._rdds:
+        main = self._main_input(proto.unique_name, in_pc)
+        if main is not None:
             parts.append(
-                self._rdds[in_pc].mapPartitions(
+                main.mapPartitions(
                     functools.partial(
                         key_group_elements, self._shipped, coder_id, self.key_groups
                     )
@@ -238,14 +294,22 @@ class MicroBatchTranslator(RddTranslator):
     def _group_streaming(self, proto) -> None:
         in_pc = only_element(proto.inputs.values())
         out_pc = only_element(proto.outputs.values())
-        task = self._keyed_task(proto)
+        task = self._task(proto)
         body = functools.partial(
             group_streaming,
             self._shipped,
             self._windowed[in_pc],
             self._windowed[out_pc],
             self._components.pcollections[in_pc].windowing_strategy_id,
-            GroupingBatch(**vars(task)),
+            GroupingBatch(
+                task.stage,
+                task.state_dir,
+                task.key_groups,
+                task.batch,
+                task.input_watermark,
+                task.output_watermark,
+                task.processing_time,
+            ),
         )
         tagged = self._by_key_group(proto, in_pc, self._windowed[in_pc]).mapPartitions(
             body
@@ -256,26 +320,11 @@ class MicroBatchTranslator(RddTranslator):
         plan = self._plans.get(proto.unique_name)
         if plan is None:
             plan = self._plans[proto.unique_name] = self._plan(proto)
-        name = proto.unique_name
-        marks = self._spec.watermarks
+        task = self._task(proto)
         if plan.stateful:
-            task = self._keyed_task(proto)
             rdd = self._by_key_group(proto, plan.input_pcollection, plan.input_coder_id)
         else:
-            task = _KeyedTask(
-                name,
-                "",
-                0,
-                self._spec.batch,
-                marks.inputs[name],
-                MIN_MICROS,
-                self._spec.processing_time,
-            )
-            rdd = self._rdds.get(plan.input_pcollection)
-        resumed = self._spec.resumed.get(name)
-        if resumed:
-            extra = self._sc.parallelize(resumed, 1)
-            rdd = extra if rdd is None else rdd.union(extra)
+            rdd = self._main_input(proto.unique_name, plan.input_pcollection)
         body = functools.partial(
             _stage_partition,
             plan,
@@ -283,6 +332,7 @@ class MicroBatchTranslator(RddTranslator):
             self._bundle_bytes,
             self.accumulator,
             task,
+            self._side_input_broadcast(plan),
         )
         self._split_tagged(rdd.mapPartitions(body), plan.outputs)
 
@@ -316,26 +366,62 @@ def _deferred(stage: str, residual: Any) -> Deferred:
     )
 
 
+def _elements(records: Iterable[Any], keyed: KeyGroups | None) -> Iterator:
+    """Encoded elements of a task's records; a keyed task's record is
+    (key group, element), and opening its group as it arrives also opens
+    the groups woken for due timers, whose elements are empty."""
+    if keyed is None:
+        return iter(records)
+    return (raw for group, raw in records if keyed.group(group) and raw)
+
+
+def _ready_or_pushed(
+    chunks: Iterable[bytes],
+    plan: StagePlan,
+    components: bytes,
+    task: _TaskSpec,
+    pushed: list[PushedBack],
+) -> Iterator[bytes]:
+    """Elements whose windows' side inputs are ready; the others go to
+    ``pushed``. A side input is ready for a window once its watermark has
+    passed the window's end: every element of it has been produced in an
+    earlier batch."""
+    impl = context_from_bytes(components).coders[plan.input_coder_id].get_impl()
+    for chunk in chunks:
+        for wv, raw in decode_with_bytes(chunk, impl):
+            if task.side_watermark >= MAX_MICROS or all(
+                task.side_watermark > w.max_timestamp().micros for w in wv.windows
+            ):
+                yield raw
+            else:
+                held = PushedBack(
+                    task.stage, raw, wv.timestamp.micros, task.side_watermark
+                )
+                pushed.append(held)
+
+
 def _stage_partition(
     plan: StagePlan,
     components: bytes,
     bundle_bytes: int,
     accumulator: Any,
-    task: _KeyedTask,
+    task: _TaskSpec,
+    side_bc: Any,
     records: Iterable[Any],
 ) -> Iterator[tuple[int, Any]]:
     """Spark ``mapPartitions`` body of a stage in a micro-batch."""
     time = MicroBatchTime(task.input_watermark, task.processing_time)
-    state = None
-    inputs: Iterable[bytes] = records
+    state, groups = None, None
+    entries = side_bc.value if side_bc is not None else ()
     if plan.stateful:
         groups = KeyGroups(task.state_dir, task.stage, task.key_groups, task.batch)
         key_coder = context_from_bytes(components).coders[plan.key_coder_id]
-        state = DurableStageState(groups, (), plan.timer_families, key_coder)
-        # Opening a group as its records arrive also opens the groups woken
-        # for due timers, whose records are empty.
-        inputs = (raw for group, raw in records if groups.group(group) and raw)
-    executor = StageExecutor(plan, (), bundle_bytes, state=state, time=time)
+        state = DurableStageState(groups, entries, plan.timer_families, key_coder)
+    inputs = _elements(records, groups)
+    pushed: list[PushedBack] = []
+    if plan.side_inputs:
+        inputs = _ready_or_pushed(inputs, plan, components, task, pushed)
+    executor = StageExecutor(plan, entries, bundle_bytes, state=state, time=time)
     try:
         yield from executor.run(inputs)
         summaries = executor.state.commit()
@@ -348,3 +434,5 @@ def _stage_partition(
         yield META, summary
     for residual in time.deferred:
         yield META, _deferred(task.stage, residual)
+    for element in pushed:
+        yield META, element

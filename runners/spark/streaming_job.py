@@ -45,6 +45,8 @@ from runners.spark.micro_batch import (
     BatchSpec,
     Deferred,
     MicroBatchTranslator,
+    PushedBack,
+    SideChunk,
 )
 from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
 from runners.spark.watermark import MAX_MICROS, MIN_MICROS
@@ -63,6 +65,10 @@ class Remainder:
     watermark: int
 
 
+def _encode(element: bytes) -> str:
+    return base64.b64encode(element).decode()
+
+
 @dataclass
 class JobPosition:
     """Where the job stands after its last committed batch."""
@@ -73,6 +79,7 @@ class JobPosition:
     test_streams: dict[str, int] = field(default_factory=dict)
     groups: dict[str, dict[int, GroupSummary]] = field(default_factory=dict)
     remainders: list[Remainder] = field(default_factory=list)
+    pushed: list[PushedBack] = field(default_factory=list)
     watermarks: dict[str, int] = field(default_factory=dict)
     metrics: MetricsSnapshot = field(default_factory=MetricsSnapshot)
 
@@ -86,8 +93,10 @@ class JobPosition:
                 asdict(s) for stage in self.groups.values() for s in stage.values()
             ],
             "remainders": [
-                {**asdict(r), "element": base64.b64encode(r.element).decode()}
-                for r in self.remainders
+                {**asdict(r), "element": _encode(r.element)} for r in self.remainders
+            ],
+            "pushed": [
+                {**asdict(p), "element": _encode(p.element)} for p in self.pushed
             ],
             "watermarks": self.watermarks,
             "metrics": base64.b64encode(pickle.dumps(self.metrics)).decode(),
@@ -108,6 +117,10 @@ class JobPosition:
             remainders=[
                 Remainder(**{**r, "element": base64.b64decode(r["element"])})
                 for r in record["remainders"]
+            ],
+            pushed=[
+                PushedBack(**{**p, "element": base64.b64decode(p["element"])})
+                for p in record["pushed"]
             ],
             watermarks=record["watermarks"],
             metrics=pickle.loads(base64.b64decode(record["metrics"])),
@@ -171,6 +184,8 @@ class StreamingJob:
             test_streams=dict.fromkeys(self._scripts, 0),
         )
         self._stop = threading.Event()
+        # Side-input PCollections' elements from every committed batch.
+        self._side_contents: dict[str, list[bytes]] = {}
 
     # -- the loop ------------------------------------------------------------
 
@@ -206,6 +221,8 @@ class StreamingJob:
         if last is not None:
             batch, record = last
             self.position = JobPosition.from_record(record)
+            self._side_contents = self.checkpoint.read_side_inputs(batch)
+            self._translator.set_side_contents(self._side_contents)
             _LOGGER.info(
                 "SparkRunner streaming: resuming after committed batch %d from %s",
                 batch,
@@ -217,7 +234,13 @@ class StreamingJob:
         records, metrics = (
             self._translator.run_batch(spec) if _has_work(spec) else ([], None)
         )
-        self._fold(spec, records, metrics)
+        produced = self._fold(spec, records, metrics)
+        if produced:
+            # Before the commit: a committed batch's side inputs must survive.
+            self.checkpoint.write_side_inputs(spec.batch, produced)
+            for pc, chunks in produced.items():
+                self._side_contents.setdefault(pc, []).extend(chunks)
+            self._translator.set_side_contents(self._side_contents)
         self.checkpoint.write_commit(spec.batch, self.position.to_record())
         self.checkpoint.prune(spec.batch)
         _LOGGER.info(
@@ -327,6 +350,8 @@ class StreamingJob:
         for remainder in position.remainders:
             if remainder.ready_at <= now:
                 resumed.setdefault(remainder.stage, []).append(remainder.element)
+        for held in self._refed(marks):
+            resumed.setdefault(held.stage, []).append(held.element)
         return BatchSpec(
             batch=batch,
             processing_time=now,
@@ -335,6 +360,19 @@ class StreamingJob:
             due_groups=due,
             resumed=resumed,
         )
+
+    def _refed(self, marks: Watermarks) -> list[PushedBack]:
+        """Pushed-back elements to try again: their stage's side inputs have
+        moved since they were pushed back."""
+        return [
+            held
+            for held in self.position.pushed
+            if self._side_watermark(held.stage, marks) > held.side_watermark
+        ]
+
+    def _side_watermark(self, stage: str, marks: Watermarks) -> int:
+        sides = self._translator.side_inputs.get(stage, ())
+        return min((marks.pcollections[pc] for pc in sides), default=MAX_MICROS)
 
     def _compute_watermarks(self, positions: dict[str, int]) -> Watermarks:
         sources = dict.fromkeys(
@@ -352,10 +390,12 @@ class StreamingJob:
             holds[remainder.stage] = min(
                 holds.get(remainder.stage, MAX_MICROS), remainder.watermark
             )
+        for held in self.position.pushed:
+            holds[held.stage] = min(holds.get(held.stage, MAX_MICROS), held.timestamp)
         return self._watermarks.compute(sources, holds)
 
     def _finished(self, spec: BatchSpec) -> bool:
-        if self.position.remainders:
+        if self.position.remainders or self.position.pushed:
             return False
         if any(mark < MAX_MICROS for mark in spec.watermarks.pcollections.values()):
             if self._scripts:
@@ -387,7 +427,9 @@ class StreamingJob:
 
     # -- committing ----------------------------------------------------------
 
-    def _fold(self, spec: BatchSpec, records: list, metrics) -> None:
+    def _fold(self, spec: BatchSpec, records: list, metrics) -> dict[str, list]:
+        """Moves the position past ``spec``; returns the side-input elements
+        the batch produced."""
         position = self.position
         for name, (_, end) in spec.test_stream_ranges.items():
             position.test_streams[name] = end
@@ -395,7 +437,16 @@ class StreamingJob:
         position.remainders = [
             r for r in position.remainders if r.ready_at > resumed_at
         ]
+        refed = {id(held) for held in self._refed(spec.watermarks)}
+        position.pushed = [held for held in position.pushed if id(held) not in refed]
+        produced: dict[str, list[bytes]] = {}
         for record in records:
+            if isinstance(record, SideChunk):
+                produced.setdefault(record.pcollection, []).append(record.data)
+                continue
+            if isinstance(record, PushedBack):
+                position.pushed.append(record)
+                continue
             if isinstance(record, GroupSummary):
                 stage = position.groups.setdefault(record.stage, {})
                 if _idle(record):
@@ -417,6 +468,7 @@ class StreamingJob:
         position.processing_time = spec.processing_time
         position.watermarks = spec.watermarks.pcollections
         position.next_batch = spec.batch + 1
+        return produced
 
 
 _IDLE = object()
@@ -431,6 +483,7 @@ def _idle(summary: GroupSummary) -> bool:
 
 
 def _has_work(spec: BatchSpec) -> bool:
+    # Side inputs alone are no work: a stage runs for its main input.
     return bool(spec.impulse or spec.elements or spec.due_groups or spec.resumed)
 
 

@@ -32,13 +32,8 @@ def _beam_default_runner_is_spark(monkeypatch):
     )
 
 
-_SIDE_INPUTS = "side inputs in streaming are not served yet (docs/spark-runner.md)"
 # test name -> why it does not run on this runner.
 SKIPS: dict[str, str] = {
-    "test_basic_execution_batch_sideinputs": _SIDE_INPUTS,
-    "test_basic_execution_sideinputs": _SIDE_INPUTS,
-    "test_basic_execution_batch_sideinputs_fixed_windows": _SIDE_INPUTS,
-    "test_basic_execution_sideinputs_fixed_windows": _SIDE_INPUTS,
     "test_windowed_values_interpreted_correctly": (
         "scripts an element in an IntervalWindow into a PCollection whose "
         "window coder is the global window's: a runner that moves elements "
