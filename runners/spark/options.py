@@ -3,14 +3,16 @@
 ``--spark_master_url`` is declared by Beam's own ``SparkRunnerOptions`` (for
 its Java job server, default ``local[4]``); argparse forbids declaring it
 twice, so this runner reads Beam's flag and applies its own default,
-``local[*]``, when the flag was not given.
+``local[*,4]``, when the flag was not given.
 """
 
 from __future__ import annotations
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-DEFAULT_MASTER = "local[*]"
+# Every core, and a failed task tried up to 4 times, as Spark does on a
+# cluster (plain ``local[*]`` never retries a task).
+DEFAULT_MASTER = "local[*,4]"
 # Key groups per stateful stage in streaming: the unit of state a task owns
 # in a batch, so also the most tasks a stateful stage can use.
 DEFAULT_KEY_GROUPS = 16
@@ -81,6 +83,6 @@ def parse_spark_conf(pairs: list[str] | None) -> dict[str, str]:
 
 
 def master_url(options: PipelineOptions) -> str:
-    """The Spark master to use: ``--spark_master_url`` or ``local[*]``."""
+    """The Spark master to use: ``--spark_master_url`` or ``local[*,4]``."""
     given = options.get_all_options(drop_default=True).get("spark_master_url")
     return given or DEFAULT_MASTER
