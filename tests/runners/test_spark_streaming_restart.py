@@ -82,6 +82,10 @@ def _logs(work: Path) -> str:
     return "\n".join(p.read_text()[-3000:] for p in sorted(work.glob("log-*")))
 
 
+def _batches(work: Path, log: str) -> list[int]:
+    return [int(p.stem) for p in (work / "checkpoint" / log).glob("*.json")]
+
+
 def _outputs(work: Path) -> dict[str, list[str]]:
     """Lines per window. fileio names a window's files after the window and
     the bundles that wrote them, and how lines spread over bundles depends
@@ -117,8 +121,10 @@ def test_killed_driver_restarts_with_the_same_outputs(point, tmp_path, uninterru
         time.sleep(0.1)
     _kill_tree(victim.pid)
     victim.wait()
-    committed = sorted((tmp_path / "checkpoint" / "commits").iterdir())
+    logged = _batches(tmp_path, "offsets")
+    committed = _batches(tmp_path, "commits")
     assert committed, "the kill should land after some batches committed"
+    assert max(logged) == max(committed) + 1, "the kill should land inside a batch"
 
     _finish(_start(tmp_path), tmp_path)
 
