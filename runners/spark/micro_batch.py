@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners import common
 from apache_beam.runners.portability.fn_api_runner.translations import only_element
 
 from runners.spark.components import context_from_bytes
@@ -92,6 +93,7 @@ class BatchSpec:
     resumed: dict[str, list[bytes]] = field(default_factory=dict)
     # TestStream script -> the events [start, end) the batch applies.
     test_stream_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    test_stream_records: int = 0
 
 
 @dataclass(frozen=True)
@@ -234,8 +236,6 @@ class MicroBatchTranslator(RddTranslator):
             raise RuntimeError(f"SparkRunner streaming: cannot run {proto.unique_name}")
 
     def _impulse(self, pcoll: str) -> None:
-        from apache_beam.runners import common
-
         if self._spec.impulse:
             self._from_driver(pcoll, [common.ENCODED_IMPULSE_VALUE])
         else:

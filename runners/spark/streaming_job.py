@@ -244,12 +244,12 @@ class StreamingJob:
         self.checkpoint.write_commit(spec.batch, self.position.to_record())
         self.checkpoint.prune(spec.batch)
         _LOGGER.info(
-            "SparkRunner streaming: batch %d committed in %.2f s: %d element "
-            "chunk(s) and %d remainder(s) in, %d key group(s) woken, output "
-            "watermark %s, oldest pending timer %s",
+            "SparkRunner streaming: batch %d committed in %.2f s: %d TestStream "
+            "record(s) and %d resumed element(s) in, %d key group(s) woken, "
+            "output watermark %s, oldest pending timer %s",
             spec.batch,
             time.monotonic() - started,
-            sum(len(c) for c in spec.elements.values()),
+            spec.test_stream_records,
             sum(len(r) for r in spec.resumed.values()),
             sum(len(g) for g in spec.due_groups.values()),
             _format_micros(
@@ -310,7 +310,9 @@ class StreamingJob:
     def _add_steps(self, spec: BatchSpec, ranges: dict) -> None:
         spec.test_stream_ranges = ranges
         for name, (start, end) in ranges.items():
-            for pc, chunks in self._scripts[name].step(start, end).elements.items():
+            step = self._scripts[name].step(start, end)
+            spec.test_stream_records += step.element_count
+            for pc, chunks in step.elements.items():
                 spec.elements.setdefault(pc, []).extend(chunks)
 
     def _log_offsets(self, spec: BatchSpec, ranges: dict) -> None:
@@ -463,7 +465,8 @@ class StreamingJob:
                     )
                 )
         if metrics:
-            position.metrics = position.metrics.merge(metrics)
+            # A new snapshot: result.metrics() may be reading the old one.
+            position.metrics = MetricsSnapshot().merge(position.metrics).merge(metrics)
         position.impulse_done = True
         position.processing_time = spec.processing_time
         position.watermarks = spec.watermarks.pcollections

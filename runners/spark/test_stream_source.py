@@ -56,6 +56,7 @@ class ScriptStep:
     end: int
     elements: dict[str, list[bytes]]  # output PCollection -> encoded chunks
     advance_processing_micros: int
+    element_count: int
 
 
 class ScriptedStream:
@@ -106,12 +107,13 @@ class ScriptedStream:
         context = context_from_bytes(self._components)
         element_impl = context.coders[self._element_coder_id].get_impl()
         elements: dict[str, list[bytes]] = {}
-        advance = 0
+        advance = count = 0
         for event in self.events[start:end]:
             kind = event.WhichOneof("event")
             if kind == "processing_time_event":
                 advance += event.processing_time_event.advance_duration * 1000
             elif kind == "element_event":
+                count += len(event.element_event.elements)
                 pcoll = self.outputs[event.element_event.tag]
                 impl = context.coders[self._windowed[pcoll]].get_impl()
                 values = (
@@ -122,7 +124,7 @@ class ScriptedStream:
                     for e in event.element_event.elements
                 )
                 elements.setdefault(pcoll, []).extend(encode_chunks(values, impl))
-        return ScriptStep(start, end, elements, advance)
+        return ScriptStep(start, end, elements, advance, count)
 
     def watermarks(self, position: int) -> dict[str, int]:
         """Each output's watermark once the steps before ``position`` are
