@@ -1,0 +1,158 @@
+"""SparkRunner streaming semantics that Beam's suites do not pin down:
+processing-time timers with no input, allowed lateness across batches,
+metrics of a running and a finished job, cancel, and clear errors."""
+
+from __future__ import annotations
+
+import time
+
+import apache_beam as beam
+import pytest
+from apache_beam.coders import VarIntCoder
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import trigger
+from apache_beam.transforms.periodicsequence import PeriodicImpulse
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
+from apache_beam.transforms.window import FixedWindows, TimestampedValue
+
+from runners.spark import SparkRunner
+from runners.spark.checkpoint import CheckpointMismatch
+
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark_session")]
+
+
+def _pipeline(tmp_path, *extra: str) -> beam.Pipeline:
+    options = PipelineOptions(
+        ["--streaming", f"--checkpoint_dir={tmp_path / 'checkpoint'}", *extra]
+    )
+    return beam.Pipeline(runner=SparkRunner(), options=options)
+
+
+class RemindLater(beam.DoFn):
+    """Sets a processing-time timer 5 s after the element; says so when due."""
+
+    SEEN = ReadModifyWriteStateSpec("seen", VarIntCoder())
+    REMINDER = TimerSpec("reminder", TimeDomain.REAL_TIME)
+
+    def process(
+        self,
+        element,
+        seen=beam.DoFn.StateParam(SEEN),
+        reminder=beam.DoFn.TimerParam(REMINDER),
+    ):
+        seen.write(element[1])
+        # TestStream's processing time starts at 0.
+        reminder.set(5)
+
+    @on_timer(REMINDER)
+    def remind(self, key=beam.DoFn.KeyParam, seen=beam.DoFn.StateParam(SEEN)):
+        yield key, seen.read()
+
+
+def test_processing_time_timer_fires_with_no_input_arriving(tmp_path):
+    stream = (
+        TestStream()
+        .add_elements([("a", 1), ("b", 2)])
+        .advance_processing_time(3)  # not due yet
+        .advance_processing_time(3)  # due at 6 > 5, and nothing arrives
+        .advance_watermark_to_infinity()
+    )
+    with _pipeline(tmp_path) as p:
+        reminded = p | stream | beam.ParDo(RemindLater())
+        assert_that(reminded, equal_to([("a", 1), ("b", 2)]))
+
+
+def test_late_data_across_batches_follows_allowed_lateness(tmp_path):
+    stream = (
+        TestStream()
+        .add_elements([TimestampedValue(("k", 1), 1), TimestampedValue(("k", 2), 2)])
+        .advance_watermark_to(15)  # window [0, 10) is on time, in its own batch
+        .add_elements([TimestampedValue(("k", 3), 3)])  # late, within 20 s
+        .advance_watermark_to(40)  # window [0, 10) is past its lateness
+        .add_elements([TimestampedValue(("k", 4), 4)])  # too late: dropped
+        .advance_watermark_to_infinity()
+    )
+    with _pipeline(tmp_path) as p:
+        panes = (
+            p
+            | stream
+            | beam.WindowInto(
+                FixedWindows(10),
+                trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
+                accumulation_mode=trigger.AccumulationMode.DISCARDING,
+                allowed_lateness=20,
+            )
+            | beam.GroupByKey()
+            | beam.Map(
+                lambda kv, pane=beam.DoFn.PaneInfoParam: (sorted(kv[1]), pane.timing)
+            )
+        )
+        assert_that(
+            panes,
+            equal_to([([1, 2], 1), ([3], 2)]),  # ON_TIME, then LATE
+        )
+
+
+def test_metrics_count_each_committed_batch_once(tmp_path):
+    counted = Metrics.counter("streaming_test", "elements")
+
+    def count(element):
+        counted.inc()
+        return element
+
+    stream = TestStream()
+    for step in range(4):
+        stream = stream.add_elements(list(range(step * 5, step * 5 + 5)))
+        stream = stream.advance_watermark_to(10 * (step + 1))
+    pipeline = _pipeline(tmp_path)
+    _ = pipeline | stream.advance_watermark_to_infinity() | beam.Map(count)
+    result = pipeline.run()
+    assert result.wait_until_finish() == PipelineState.DONE
+    query = result.metrics().query(MetricsFilter().with_name("elements"))
+    assert [c.committed for c in query["counters"]] == [20]
+
+
+def test_a_cancelled_job_stops_after_committing_its_batch(tmp_path):
+    start = time.time()
+    pipeline = _pipeline(tmp_path)
+    _ = (
+        pipeline
+        | PeriodicImpulse(
+            start_timestamp=start, stop_timestamp=start + 3600, fire_interval=0.1
+        )
+        | beam.Map(lambda t: t)
+    )
+    result = pipeline.run()
+    # An input that never ends: still running after the wait.
+    assert result.wait_until_finish(duration=20_000) == PipelineState.RUNNING
+    assert result.cancel() == PipelineState.CANCELLED
+    checkpoint = tmp_path / "checkpoint"
+    offsets = [int(p.stem) for p in (checkpoint / "offsets").glob("*.json")]
+    commits = [int(p.stem) for p in (checkpoint / "commits").glob("*.json")]
+    assert commits and max(commits) == max(offsets)
+
+
+def test_a_checkpoint_of_another_pipeline_is_refused(tmp_path):
+    def stateful(p):
+        return (
+            p
+            | TestStream().add_elements([("a", 1)]).advance_watermark_to_infinity()
+            | beam.ParDo(RemindLater())
+        )
+
+    with _pipeline(tmp_path) as p:
+        stateful(p)
+    other = _pipeline(tmp_path, "--streaming_key_groups=4")
+    stateful(other)
+    with pytest.raises(CheckpointMismatch, match="another pipeline"):
+        other.run()
