@@ -63,6 +63,15 @@ class SparkOptions(PipelineOptions):
             "(fixed for the life of a checkpoint directory).",
         )
         parser.add_argument(
+            "--streaming_idle_timeout_seconds",
+            type=float,
+            default=0.0,
+            help="Streaming: once a source's watermark has stood still this "
+            "long, it follows the processing time less this delay, so an idle "
+            "source stops holding the pipeline (0: never; a replay of old "
+            "data needs it off).",
+        )
+        parser.add_argument(
             "--streaming_batch_interval_seconds",
             type=float,
             default=0.2,

@@ -118,6 +118,7 @@ class SparkRunner(runner.PipelineRunner):
             checkpoint_dir=spark_options.checkpoint_dir,
             key_groups=int(spark_options.streaming_key_groups),
             batch_interval=float(spark_options.streaming_batch_interval_seconds),
+            idle_timeout=float(spark_options.streaming_idle_timeout_seconds),
         )
         if settings.key_groups < 1:
             raise ValueError("--streaming_key_groups must be at least 1")

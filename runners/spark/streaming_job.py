@@ -80,6 +80,8 @@ class JobPosition:
     groups: dict[str, dict[int, GroupSummary]] = field(default_factory=dict)
     remainders: list[Remainder] = field(default_factory=list)
     pushed: list[PushedBack] = field(default_factory=list)
+    # Stage -> [its remainders' watermark, processing time it last moved].
+    source_progress: dict[str, list[int]] = field(default_factory=dict)
     watermarks: dict[str, int] = field(default_factory=dict)
     metrics: MetricsSnapshot = field(default_factory=MetricsSnapshot)
 
@@ -98,6 +100,7 @@ class JobPosition:
             "pushed": [
                 {**asdict(p), "element": _encode(p.element)} for p in self.pushed
             ],
+            "source_progress": self.source_progress,
             "watermarks": self.watermarks,
             "metrics": base64.b64encode(pickle.dumps(self.metrics)).decode(),
         }
@@ -122,6 +125,7 @@ class JobPosition:
                 PushedBack(**{**p, "element": base64.b64decode(p["element"])})
                 for p in record["pushed"]
             ],
+            source_progress=record["source_progress"],
             watermarks=record["watermarks"],
             metrics=pickle.loads(base64.b64decode(record["metrics"])),
         )
@@ -134,6 +138,9 @@ class StreamingSettings:
     checkpoint_dir: str | None
     key_groups: int
     batch_interval: float
+    # Seconds a source's watermark may stand still before it follows the
+    # clock (delayed by as much); 0: a source holds for as long as it likes.
+    idle_timeout: float = 0.0
 
 
 class StreamingJob:
@@ -336,7 +343,7 @@ class StreamingJob:
 
     def _spec(self, batch: int, now: int, positions: dict[str, int]) -> BatchSpec:
         position = self.position
-        marks = self._compute_watermarks(positions)
+        marks = self._compute_watermarks(positions, now)
         due = {}
         for stage, groups in position.groups.items():
             horizon = _event_horizon(marks.inputs[stage])
@@ -376,7 +383,7 @@ class StreamingJob:
         sides = self._translator.side_inputs.get(stage, ())
         return min((marks.pcollections[pc] for pc in sides), default=MAX_MICROS)
 
-    def _compute_watermarks(self, positions: dict[str, int]) -> Watermarks:
+    def _compute_watermarks(self, positions: dict[str, int], now: int) -> Watermarks:
         sources = dict.fromkeys(
             self._impulse_outputs,
             MAX_MICROS if self.position.impulse_done else MIN_MICROS,
@@ -388,13 +395,44 @@ class StreamingJob:
             marks = [s.hold for s in groups.values() if s.hold is not None]
             if marks:
                 holds[stage] = min(marks)
+        for stage, source_hold in self._source_holds(now).items():
+            holds[stage] = min(holds.get(stage, MAX_MICROS), source_hold)
+        for held in self.position.pushed:
+            holds[held.stage] = min(holds.get(held.stage, MAX_MICROS), held.timestamp)
+        return self._watermarks.compute(sources, holds)
+
+    def _source_holds(self, now: int) -> dict[str, int]:
+        """Each splittable DoFn stage's hold: the watermark its remainders
+        report, or, once it has stood still for the idle timeout, the
+        processing time less the timeout (an idle source stops holding the
+        pipeline back, as an injector with no pending input would)."""
+        holds: dict[str, int] = {}
         for remainder in self.position.remainders:
             holds[remainder.stage] = min(
                 holds.get(remainder.stage, MAX_MICROS), remainder.watermark
             )
-        for held in self.position.pushed:
-            holds[held.stage] = min(holds.get(held.stage, MAX_MICROS), held.timestamp)
-        return self._watermarks.compute(sources, holds)
+        timeout = int(self._settings.idle_timeout * 1e6)
+        if timeout > 0:
+            for stage, hold in holds.items():
+                _, since = self.position.source_progress.get(stage, (hold, now))
+                if now - since >= timeout:
+                    holds[stage] = max(hold, now - timeout)
+        return holds
+
+    def _track_sources(self, now: int) -> None:
+        """Notes when each source stage's reported watermark last moved."""
+        position = self.position
+        current: dict[str, int] = {}
+        for remainder in position.remainders:
+            current[remainder.stage] = min(
+                current.get(remainder.stage, MAX_MICROS), remainder.watermark
+            )
+        progress = {}
+        for stage, mark in current.items():
+            previous = position.source_progress.get(stage)
+            moved = previous is None or mark > previous[0]
+            progress[stage] = [mark, now] if moved else previous
+        position.source_progress = progress
 
     def _finished(self, spec: BatchSpec) -> bool:
         if self.position.remainders or self.position.pushed:
@@ -467,6 +505,7 @@ class StreamingJob:
         if metrics:
             # A new snapshot: result.metrics() may be reading the old one.
             position.metrics = MetricsSnapshot().merge(position.metrics).merge(metrics)
+        self._track_sources(spec.processing_time)
         position.impulse_done = True
         position.processing_time = spec.processing_time
         position.watermarks = spec.watermarks.pcollections

@@ -1,6 +1,7 @@
 """SparkRunner streaming semantics that Beam's suites do not pin down:
 processing-time timers with no input, allowed lateness across batches,
-metrics of a running and a finished job, cancel, and clear errors."""
+metrics of a running and a finished job, cancel, an idle source, and a
+foreign checkpoint."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import time
 import apache_beam as beam
 import pytest
 from apache_beam.coders import VarIntCoder
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -24,6 +27,7 @@ from apache_beam.transforms.userstate import (
     on_timer,
 )
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
+from apache_beam.utils.timestamp import Duration
 
 from runners.spark import SparkRunner
 from runners.spark.checkpoint import CheckpointMismatch
@@ -156,3 +160,74 @@ def test_a_checkpoint_of_another_pipeline_is_refused(tmp_path):
     stateful(other)
     with pytest.raises(CheckpointMismatch, match="another pipeline"):
         other.run()
+
+
+class _Forever(beam.transforms.core.RestrictionProvider):
+    """An offset range that never ends."""
+
+    def initial_restriction(self, element):
+        return OffsetRange(0, 2**62)
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+        return 1
+
+
+class SilentSource(beam.DoFn):
+    """An unbounded source with nothing to say: it never outputs and never
+    moves its watermark, and asks to be resumed every half second."""
+
+    @beam.DoFn.unbounded_per_element()
+    def process(
+        self,
+        element,
+        tracker=beam.DoFn.RestrictionParam(_Forever()),
+        watermark=beam.DoFn.WatermarkEstimatorParam(
+            ManualWatermarkEstimator.default_provider()
+        ),
+    ):
+        tracker.defer_remainder(Duration(seconds=0.5))
+        return
+        yield
+
+
+def _window_sums_with_a_silent_source(tmp_path, *extra: str) -> list[str]:
+    sink = tmp_path / "sums.txt"
+
+    def record(kv):
+        with open(sink, "a") as out:
+            out.write(f"{kv}\n")
+
+    start = time.time()
+    pipeline = _pipeline(tmp_path, *extra)
+    ticks = (
+        pipeline
+        | PeriodicImpulse(
+            start_timestamp=start, stop_timestamp=start + 3600, fire_interval=0.2
+        )
+        | "Tick" >> beam.Map(lambda t: ("ticks", 1))
+    )
+    silent = pipeline | beam.Impulse() | beam.ParDo(SilentSource())
+    _ = (
+        (ticks, silent)
+        | beam.Flatten()
+        | beam.WindowInto(FixedWindows(1))
+        | beam.CombinePerKey(sum)
+        | beam.Map(record)
+    )
+    result = pipeline.run()
+    result.wait_until_finish(duration=15_000)
+    result.cancel()
+    return sink.read_text().splitlines() if sink.exists() else []
+
+
+def test_an_idle_source_stops_holding_the_watermark_after_the_timeout(tmp_path):
+    held = _window_sums_with_a_silent_source(tmp_path / "held")
+    assert held == [], "without a timeout the silent source holds every window"
+    released = _window_sums_with_a_silent_source(
+        tmp_path / "released", "--streaming_idle_timeout_seconds=2"
+    )
+    assert released, "windows must close once the silent source is idle"
+    assert all(line.startswith("('ticks', ") for line in released)
