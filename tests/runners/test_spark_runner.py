@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import trigger, window
 
@@ -175,7 +176,7 @@ def test_workers_import_path_has_no_java_archives(spark_session):
     assert results.collect() == [([], True), ([], True)]
 
 
-def test_sessions_and_accumulating_trigger():
+def test_sessions():
     with beam.Pipeline(runner=SparkRunner()) as p:
         sessions = (
             p
@@ -186,19 +187,39 @@ def test_sessions_and_accumulating_trigger():
             | "SV" >> beam.MapTuple(lambda k, v: sorted(v))
         )
         assert_that(sessions, equal_to([[1, 2], [30]]), label="sessions")
-        fired = (
+
+
+@pytest.mark.parametrize(
+    "mode, panes",
+    [
+        (trigger.AccumulationMode.ACCUMULATING, [2, 4]),
+        (trigger.AccumulationMode.DISCARDING, [2, 2]),
+    ],
+)
+def test_accumulation_mode_decides_what_a_later_pane_holds(mode, panes):
+    # Two elements per step, so the count trigger fires once per step; in
+    # batch every element would reach the trigger at once, in one pane.
+    stream = (
+        TestStream()
+        .add_elements([("k", 0), ("k", 1)])
+        .advance_watermark_to(10)
+        .add_elements([("k", 2), ("k", 3)])
+        .advance_watermark_to_infinity()
+    )
+    options = PipelineOptions(["--streaming"])
+    with beam.Pipeline(runner=SparkRunner(), options=options) as p:
+        sizes = (
             p
-            | "T" >> beam.Create([("k", i) for i in range(4)])
-            | "TW"
-            >> beam.WindowInto(
+            | stream
+            | beam.WindowInto(
                 window.GlobalWindows(),
                 trigger=trigger.Repeatedly(trigger.AfterCount(2)),
-                accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
+                accumulation_mode=mode,
             )
-            | "TG" >> beam.GroupByKey()
-            | "TV" >> beam.MapTuple(lambda k, v: len(list(v)))
+            | beam.GroupByKey()
+            | beam.MapTuple(lambda k, v: len(list(v)))
         )
-        assert_that(fired, lambda sizes: max(sizes) == 4, label="accumulating")
+        assert_that(sizes, equal_to(panes))
 
 
 def test_text_and_parquet_reads(tmp_path):
@@ -297,7 +318,7 @@ def test_runner_selected_by_dotted_name():
 
 
 def test_master_default_and_spark_conf():
-    assert master_url(PipelineOptions([])) == "local[*]"
+    assert master_url(PipelineOptions([])) == "local[*,4]"
     assert master_url(PipelineOptions(["--spark_master_url=local[2]"])) == "local[2]"
     opts = SparkOptions(["--spark_conf", "a=1", "--spark_conf", "b=2"])
     assert opts.spark_conf == ["a=1", "b=2"]
