@@ -25,7 +25,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import console, photon
+from pipelines import cli, photon
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import format_table
@@ -46,7 +46,7 @@ _log = logging.getLogger("pipelines.photon_verify")
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(
+    parser = cli.Parser(
         prog="python -m pipelines.photon_verify",
         description=__doc__.split("\n\n")[0],
     )
@@ -141,11 +141,16 @@ def report(findings: Findings, token: str, rejoined: int | None) -> str:
 def run(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
     if not args.queries or not args.clicks:
-        raise SystemExit("--queries and --clicks are required")
+        raise cli.UsageError("--queries and --clicks are required")
+    photon.check_inputs(args)
+    for directory in args.joined:
+        if not pathlib.Path(directory).is_dir():
+            # Read as "no output", it would make every registered click look lost.
+            raise cli.UsageError(f"--joined {directory!r} is not a directory")
     config = photon.load_config(args)
     token = args.pipeline_id or f"{config['pipeline']['id']}-verify"
     if not args.bigtable_project and not os.environ.get("BIGTABLE_EMULATOR_HOST"):
-        raise SystemExit(
+        raise cli.UsageError(
             "give --bigtable_project/--bigtable_instance, or set "
             "BIGTABLE_EMULATOR_HOST to the emulator the pipelines used"
         )
@@ -155,7 +160,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     target = BigtableTarget(
         project, instance, tables["registry_table"], tables["events_table"]
     )
-    params = photon.registry_params(config)
+    with cli.usage_errors():
+        params = photon.registry_params(config)
+        join = photon.join_params(config)
     registry = IdRegistry(target, params.gc_days, layout=params.layout)
     try:
         logged = [
@@ -171,7 +178,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if findings.released:
         output = pathlib.Path(args.output)
         output.mkdir(parents=True, exist_ok=True)
-        transform = PhotonJoin(target, token, photon.join_params(config), params)
+        transform = PhotonJoin(target, token, join, params)
         rejoin(args, beam_args, transform, set(findings.released))
         rejoined = len(read_output(output, JOINED, JoinedClick))
     print(report(findings, token, rejoined))
@@ -179,5 +186,4 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    console.configure_logging()
-    sys.exit(run())
+    cli.main(run, "python -m pipelines.photon_verify")

@@ -61,17 +61,22 @@ def lost_after_register(click_id: str, fraction: float) -> bool:
     return int.from_bytes(digest, "big") < fraction * 2**64
 
 
+def check_token(token: str) -> None:
+    """Raises ValueError unless ``token`` can name a pipeline in the registry."""
+    if not token or "#" in token:
+        raise ValueError(
+            f"the registration token must be non-empty and without '#' "
+            f"(it separates the click's occurrence), got {token!r}"
+        )
+
+
 class RegisterJoins(beam.DoFn):
     """Lets a join candidate out only once its click id is registered."""
 
     def __init__(
         self, target: BigtableTarget, token: str, params: RegistryParams
     ) -> None:
-        if not token or "#" in token:
-            raise ValueError(
-                f"the registration token must be non-empty and without '#' "
-                f"(it separates the click's occurrence), got {token!r}"
-            )
+        check_token(token)
         self._target = target
         self._token = token
         self._params = params
