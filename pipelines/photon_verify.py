@@ -37,6 +37,7 @@ from transforms.photon import (
     PhotonJoin,
 )
 from transforms.photon.verification import Findings, find_lost, release_lost
+from transforms.records.compressed import open_checked
 from transforms.records.file_reader import FileReader
 from transforms.records.parse import parse_click_event
 from transforms.records.photon_pb2 import ClickEvent, JoinedClick
@@ -69,7 +70,7 @@ def logged_clicks(patterns: Sequence[str], input_format: str | None) -> Iterator
             reader = FileReader(
                 parse_click_event, "ClickEvent", DEFAULT_MAX_LINE_BYTES, match.path
             )
-            with FileSystems.open(match.path) as fh:
+            with open_checked(match.path) as fh:
                 for record in reader.read(fmt, fh):
                     if isinstance(record, ClickEvent):
                         yield record

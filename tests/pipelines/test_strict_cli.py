@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from pipelines import photon
 from pipelines import config as config_loader
+from pipelines import photon
 
 USAGE = 2
 
