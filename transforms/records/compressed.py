@@ -4,8 +4,11 @@ Beam's `CompressedFile` stops quietly where a compressed stream's bytes end:
 a truncated `.gz` reads as a shorter file, its last line cut in the middle,
 and nothing says the rest is lost. `open_checked` decompresses gzip, bzip2,
 xz/lzma and deflate itself and raises `TruncatedFile` when the file ends
-before the stream does, or `CorruptFile` when the bytes are not a valid
-stream, each with the position reached. Other compressions (zstd) are left
+before the stream does, with the position reached, and refuses a file with
+corrupt data (`CorruptFile`) before returning any of it: gzip's CRC is
+checked only at the end of a stream, so bytes read before the damage was
+found cannot be trusted (see `_check_integrity`; it costs a second
+decompression of each compressed file). Other compressions (zstd) are left
 to Beam. Both errors are `OSError`s, which the readers turn into one
 `unreadable_file` dead letter after the records read before the damage.
 """
@@ -31,6 +34,7 @@ _DECOMPRESSORS: dict[str, Callable[[], Any]] = {
     CompressionTypes.BZIP2: bz2.BZ2Decompressor,
     CompressionTypes.LZMA: lzma.LZMADecompressor,
 }
+_VERIFY_BYTES = 1 << 20
 _DECOMPRESS_ERRORS = (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError)
 
 
@@ -45,14 +49,41 @@ class CorruptFile(OSError):
 def open_checked(path: str) -> BinaryIO:
     """`path` opened for reading, decompressed by its name's compression.
 
-    Reads raise `TruncatedFile` or `CorruptFile` at the point where the data
-    stops being readable, after returning everything before it.
+    Raises `CorruptFile` at once if the data is corrupt anywhere; reads raise
+    `TruncatedFile` where a file cut short stops, after returning everything
+    before it.
     """
     kind = CompressionTypes.detect_compression_type(path)
     if kind not in _DECOMPRESSORS:
         return FileSystems.open(path, _MIME)
-    raw = FileSystems.open(path, _MIME, CompressionTypes.UNCOMPRESSED)
-    return _CheckedStream(raw, kind)
+    _check_integrity(path, kind)
+    return _CheckedStream(_open_raw(path), kind)
+
+
+def _open_raw(path: str) -> BinaryIO:
+    return FileSystems.open(path, _MIME, CompressionTypes.UNCOMPRESSED)
+
+
+def _check_integrity(path: str, kind: str) -> None:
+    """Raises `CorruptFile` if any of the file's data is corrupt.
+
+    A first pass over the whole file, because gzip checks a stream's CRC only
+    at its end: bytes damaged mid-file can decompress into lines that look
+    valid (even copies of earlier lines) before the check fails, and records
+    read from them could not be taken back. A file cut short passes: what
+    precedes the cut is exactly what was written.
+    """
+    with _CheckedStream(_open_raw(path), kind) as stream:
+        try:
+            while stream.read(_VERIFY_BYTES):
+                pass
+        except TruncatedFile:
+            pass
+        except CorruptFile as error:
+            raise CorruptFile(
+                f"{error}; no record of the file is used, since data before "
+                "the damage may be altered too"
+            ) from None
 
 
 class _CheckedStream:
