@@ -28,8 +28,10 @@ registrations into one transaction:
   same way, for a bounded number of rounds.
 
 A click's token is its pipeline's token, followed by ``#`` and the click's
-occurrence (its ``record_id``) when it has one: a retried bundle replays the
-same occurrence, and a duplicate copy of the click is another.
+occurrence when it has one: the joiner gives one only to a click it may have
+forgotten before (see ``joiner``), so a retry of a click, whichever copy
+carries it, registers alike, and a copy accepted after the joiner forgot an
+earlier one does not.
 
 One id alone (``register``) is the same write with a one-column predicate.
 
@@ -109,7 +111,7 @@ class Outcome(enum.Enum):
 class ClickRef(NamedTuple):
     """What the registry needs of a click: its id and its event time, which
     together choose the registry row, and which occurrence of the click this
-    is (its ``record_id``; empty when the log has none)."""
+    is (``JoinedClick.occurrence``; usually empty)."""
 
     click_id: str
     event_time_ms: int

@@ -15,15 +15,18 @@ For each candidate ``JoinedClick``:
   registered (the registry may have forgotten an earlier join of it);
 - registered now, or already under this occurrence's token (a retried
   bundle): output as ``joined``;
-- registered for another occurrence of the click by this pipeline (a
-  duplicate that came after the joiner forgot the click id): dropped, and
-  counted with the joiner's ``duplicate_clicks``;
+- registered for another occurrence of the click by this pipeline (a copy
+  that came after the joiner forgot the click id): dropped, and counted with
+  the joiner's ``duplicate_clicks``;
 - registered by another pipeline: output as ``wasted``, and counted.
 
 Outputs keep the candidate's timestamp and window. The token is the
 pipeline's identity: every copy of the pipeline must use its own, and a
 restarted pipeline that replays its input must reuse its old one. Each click
-is registered under the token and its ``record_id`` (``occurrence_token``).
+is registered under the token and the candidate's ``occurrence``
+(``occurrence_token``), which the joiner sets only for a click it may have
+forgotten: any copy of a click, in any attempt, is registered alike until
+then (see ``joiner``).
 """
 
 from __future__ import annotations
@@ -139,8 +142,8 @@ class RegisterJoins(beam.DoFn):
             return
         self._batches.update(len(batch))
         clicks = [
-            ClickRef(c.click_id, c.event_time, c.record_id)
-            for c in (candidate.value.click for candidate in batch)
+            ClickRef(j.click.click_id, j.click.event_time, j.occurrence)
+            for j in (candidate.value for candidate in batch)
         ]
         outcomes = self._registry.register_many(clicks, self._token)
         for candidate, outcome in zip(batch, outcomes, strict=True):
