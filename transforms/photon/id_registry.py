@@ -328,27 +328,33 @@ class IdRegistry:
             for (_, qualifier), holder in self._holders(groups).items()
         }
 
-    def release(self, click: ClickRef, token: str) -> bool:
-        """Delete ``click``'s registration iff ``token`` (as ``owners``
-        reports it) holds it.
+    def take_over(self, click: ClickRef, holder: str, token: str) -> bool:
+        """Make ``token`` hold ``click``'s registration iff ``holder`` (as
+        ``owners`` reports it) holds it now; True if ``token`` holds it after.
 
-        Used by verification to hand a click that was registered but never
-        output back to the join; conditional, so a registration taken over
-        by someone else in the meantime is left alone. The row's other clicks
-        are untouched.
+        Used by verification to re-join a click that was registered but never
+        output: the registration moves in one conditional write, so there is
+        no moment when the click is free (another pipeline could win it, and
+        a crash would leave it neither registered nor output), and the old
+        holder, if it is ever run again, finds the click taken. The row's
+        other clicks are untouched.
         """
         qualifier = click.click_id.encode()
-        held_by_token = rf.RowFilterChain(
+        held = rf.RowFilterChain(
             [
                 _column(qualifier),
                 rf.CellsColumnLimitFilter(1),
-                rf.LiteralValueFilter(token.encode()),
+                rf.LiteralValueFilter(holder.encode()),
             ]
         )
+        now_micros = time.time_ns() // 1_000_000 * 1000
         return self._table.check_and_mutate_row(
             row_key(click, self._layout),
-            held_by_token,
-            true_case_mutations=[DeleteRangeFromColumn(ID_REGISTRY_FAMILY, qualifier)],
+            held,
+            true_case_mutations=[
+                DeleteRangeFromColumn(ID_REGISTRY_FAMILY, qualifier),
+                SetCell(ID_REGISTRY_FAMILY, qualifier, token.encode(), now_micros),
+            ],
         )
 
 
