@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
@@ -28,6 +29,7 @@ from pipelines.config import ConfigError
 from pipelines.runner_choice import choose_runner
 
 USAGE_ERROR_STATUS = 2
+JOB_FAILED_STATUS = 1
 
 
 class UsageError(ValueError):
@@ -107,14 +109,41 @@ def usage_errors() -> Iterator[None]:
         raise UsageError(str(error)) from None
 
 
+# Errors a job fails with on purpose, with a message meant for the user.
+_JOB_ERRORS = (
+    "BigtableUnavailable",
+    "TableGone",
+    "GcHorizonTooShort",
+    "LayoutMismatch",
+)
+_JOB_ERROR_LINE = re.compile(rf"\b({'|'.join(_JOB_ERRORS)}): (.+)")
+
+
 def main(run: Callable[[], int], prog: str) -> NoReturn:
-    """Runs a pipeline command and exits with its status; a `UsageError` or
-    `ConfigError` is printed as one line on stderr and exits with 2."""
+    """Runs a pipeline command and exits with its status.
+
+    A `UsageError` or `ConfigError` is one line on stderr and status 2. A
+    job that fails with one of the errors it raises on purpose (Bigtable
+    unavailable past its deadline, a table gone, a registry that does not
+    fit the config) is one line too, the error's own, and status 1; which
+    runner wrapped it does not matter. Anything else is a bug: traceback.
+    """
     console.configure_logging()
     try:
         status = run()
     except (UsageError, ConfigError) as error:
-        message = " ".join(str(error).split())
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        _print_error(prog, str(error))
         status = USAGE_ERROR_STATUS
+    except Exception as error:
+        # Runners re-raise a worker's error wrapped, its text inside theirs.
+        found = _JOB_ERROR_LINE.findall(str(error))
+        if type(error).__name__ not in _JOB_ERRORS and not found:
+            raise
+        message = str(error) if not found else found[-1][1]
+        _print_error(prog, f"job failed: {message}")
+        status = JOB_FAILED_STATUS
     sys.exit(status)
+
+
+def _print_error(prog: str, message: str) -> None:
+    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)

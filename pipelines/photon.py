@@ -125,6 +125,7 @@ _DECLARED_TYPES = {
     "join.query_ttl_seconds": float,
     "join.timer_slot_seconds": float,
     "generator.duration_minutes": float,
+    "bigtable.deadline_seconds": float,
 }
 
 
@@ -179,7 +180,6 @@ def bigtable_target(
     args: argparse.Namespace, config: config_loader.Config
 ) -> Iterator[BigtableTarget]:
     """The configured Bigtable, or an emulator started for the block."""
-    tables = config["bigtable"]
     with contextlib.ExitStack() as stack:
         project, instance = args.bigtable_project, args.bigtable_instance
         if not project:
@@ -188,8 +188,21 @@ def bigtable_target(
             emulator = stack.enter_context(BigtableEmulator())
             _log.info("Bigtable emulator (%s) at %s", emulator.source, emulator.host)
             project, instance = LOCAL_BIGTABLE
-        yield BigtableTarget(
-            project, instance, tables["registry_table"], tables["events_table"]
+        yield target_of(config, project, instance)
+
+
+def target_of(
+    config: config_loader.Config, project: str, instance: str
+) -> BigtableTarget:
+    """The configured tables of `project`/`instance` as a `BigtableTarget`."""
+    tables = config["bigtable"]
+    with cli.usage_errors():
+        return BigtableTarget(
+            project,
+            instance,
+            tables["registry_table"],
+            tables["events_table"],
+            float(tables["deadline_seconds"]),
         )
 
 

@@ -34,7 +34,6 @@ from pipelines.runner_choice import choose_runner
 from pipelines.summary import format_table
 from transforms.photon import (
     JOINED,
-    BigtableTarget,
     ClickRef,
     IdRegistry,
     PhotonJoin,
@@ -191,10 +190,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
     project = args.bigtable_project or photon.LOCAL_BIGTABLE[0]
     instance = args.bigtable_instance or photon.LOCAL_BIGTABLE[1]
-    tables = config["bigtable"]
-    target = BigtableTarget(
-        project, instance, tables["registry_table"], tables["events_table"]
-    )
+    target = photon.target_of(config, project, instance)
     with cli.usage_errors():
         check_token(token)
         params = photon.registry_params(config)

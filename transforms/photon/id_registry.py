@@ -51,11 +51,12 @@ clicks older than that horizon must be rejected before registering
 
 from __future__ import annotations
 
+import datetime
 import enum
 import hashlib
 import time
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple, TypeVar
 
 from google.cloud.bigtable.data import (
     BigtableDataClient,
@@ -68,9 +69,11 @@ from google.cloud.bigtable.data import row_filters as rf
 from transforms.millwheel.bigtable_tables import (
     ID_REGISTRY_FAMILY,
     ensure_table,
+    family_max_age,
     id_registry_table,
 )
 from transforms.millwheel.productions import deterministic_row_key
+from transforms.photon.bigtable_retry import call_with_retries, table_timeouts
 from transforms.photon.bigtable_rpc import (
     ConditionalWrite,
     MutationPb,
@@ -79,6 +82,8 @@ from transforms.photon.bigtable_rpc import (
     open_channel,
 )
 from transforms.photon.params import DAY_MS, BigtableTarget, RegistryLayout
+
+T = TypeVar("T")
 
 _READ_CHUNK = 500
 _MAX_ROUNDS = 10
@@ -93,6 +98,26 @@ _LAYOUT_COLUMN = b"layout"
 
 class LayoutMismatch(ValueError):
     """The registry table was laid out differently by another pipeline."""
+
+
+class GcHorizonTooShort(ValueError):
+    """The registry table forgets registrations sooner than ``gc_days``."""
+
+
+def check_gc_horizon(target: BigtableTarget, gc_days: int) -> None:
+    """Raises `GcHorizonTooShort` if the existing registry table's GC rule
+    drops cells younger than ``gc_days``: the age check would then let a
+    click through whose earlier registration is already gone."""
+    max_age = family_max_age(
+        target.project, target.instance_id, target.registry_table, ID_REGISTRY_FAMILY
+    )
+    if max_age is not None and max_age < datetime.timedelta(days=gc_days):
+        raise GcHorizonTooShort(
+            f"id registry table {target.registry_table!r} garbage-collects "
+            f"registrations after {max_age}, less than gc_days={gc_days}: a click "
+            f"between the two ages could be joined twice; use gc_days <= "
+            f"{max_age.days}, or change the table's GC rule"
+        )
 
 
 class Outcome(enum.Enum):
@@ -169,6 +194,7 @@ class IdRegistry:
             target.instance_id,
             id_registry_table(gc_days, target.registry_table),
         )
+        check_gc_horizon(target, gc_days)
         table_name = (
             f"projects/{target.project}/instances/{target.instance_id}"
             f"/tables/{target.registry_table}"
@@ -177,10 +203,19 @@ class IdRegistry:
         self._columns_per_write = columns_per_write
         self._channel = open_channel()
         self._writes = PipelinedCheckAndMutate(
-            self._channel, table_name, max_in_flight=max_in_flight
+            self._channel,
+            table_name,
+            max_in_flight=max_in_flight,
+            deadline_s=target.deadline_s,
         )
         self._client = BigtableDataClient(project=target.project)
-        self._table = self._client.get_table(target.instance_id, target.registry_table)
+        self._table = self._client.get_table(
+            target.instance_id,
+            target.registry_table,
+            **table_timeouts(target.deadline_s),
+        )
+        self._table_id = target.registry_table
+        self._deadline_s = target.deadline_s
         try:
             self._claim_layout(target.registry_table)
         except LayoutMismatch:
@@ -194,10 +229,16 @@ class IdRegistry:
         record = SetCell(ID_REGISTRY_FAMILY, _LAYOUT_COLUMN, mine, now_micros)
         # Written only if absent: of two pipelines starting together, the
         # first write wins and the other reads it below.
-        self._table.check_and_mutate_row(
-            LAYOUT_ROW, _column(_LAYOUT_COLUMN), false_case_mutations=[record]
+        self._call(
+            "CheckAndMutateRow (layout)",
+            lambda: self._table.check_and_mutate_row(
+                LAYOUT_ROW, _column(_LAYOUT_COLUMN), false_case_mutations=[record]
+            ),
         )
-        row = self._table.read_row(LAYOUT_ROW, row_filter=_latest_cells())
+        row = self._call(
+            "ReadRow (layout)",
+            lambda: self._table.read_row(LAYOUT_ROW, row_filter=_latest_cells()),
+        )
         cells = row.get_cells(ID_REGISTRY_FAMILY, _LAYOUT_COLUMN) if row else []
         recorded = cells[0].value if cells else None
         if recorded is not None and recorded != mine:
@@ -208,7 +249,13 @@ class IdRegistry:
                 "(registry.buckets and registry.slice_minutes in its config), "
                 "or a click could be joined twice"
             )
-        self._table.mutate_row(LAYOUT_ROW, record)  # keeps it ahead of GC
+        # Rewritten to keep it ahead of GC.
+        self._call(
+            "MutateRow (layout)", lambda: self._table.mutate_row(LAYOUT_ROW, record)
+        )
+
+    def _call(self, operation: str, call: Callable[[], T]) -> T:
+        return call_with_retries(self._table_id, operation, call, self._deadline_s)
 
     def close(self) -> None:
         self._client.close()
@@ -312,7 +359,11 @@ class IdRegistry:
             query = ReadRowsQuery(
                 row_keys=rows[start : start + _READ_CHUNK], row_filter=_latest_cells()
             )
-            for row in self._table.read_rows(query):
+            rows = self._call(
+                "ReadRows (holders)",
+                lambda query=query: list(self._table.read_rows(query)),
+            )
+            for row in rows:
                 wanted = groups[row.row_key]
                 for cell in row.get_cells(ID_REGISTRY_FAMILY):
                     if cell.qualifier in wanted:
@@ -348,14 +399,19 @@ class IdRegistry:
             ]
         )
         now_micros = time.time_ns() // 1_000_000 * 1000
-        return self._table.check_and_mutate_row(
-            row_key(click, self._layout),
-            held,
-            true_case_mutations=[
-                DeleteRangeFromColumn(ID_REGISTRY_FAMILY, qualifier),
-                SetCell(ID_REGISTRY_FAMILY, qualifier, token.encode(), now_micros),
-            ],
+        moved = self._call(
+            "CheckAndMutateRow (take over)",
+            lambda: self._table.check_and_mutate_row(
+                row_key(click, self._layout),
+                held,
+                true_case_mutations=[
+                    DeleteRangeFromColumn(ID_REGISTRY_FAMILY, qualifier),
+                    SetCell(ID_REGISTRY_FAMILY, qualifier, token.encode(), now_micros),
+                ],
+            ),
         )
+        # A resent write that had been applied finds the click moved already.
+        return moved or self.owners([click]).get(click.click_id) == token
 
 
 def _layout_value(layout: RegistryLayout) -> bytes:
