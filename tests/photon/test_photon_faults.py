@@ -8,6 +8,7 @@ code under test. Expected values come from the generator's ground truth.
 
 import collections
 import json
+import pathlib
 import random
 import signal
 import time
@@ -178,3 +179,44 @@ def test_verify_killed_midway_then_rerun_joins_each_click_once(
     )
     assert not joined_union(elsewhere)
     assert set(joined_union(crashed, verified, elsewhere).values()) == {1}
+
+
+def test_two_pipelines_proven_to_overlap_output_each_click_once(
+    logs, bigtable_instance, registry, tmp_path
+):
+    outputs = {name: tmp_path / name for name in ("east", "west")}
+    # The same clicks, east's in reverse order: the two meet in the middle,
+    # each winning some while the other runs, rather than one winning all.
+    reversed_log = tmp_path / "clicks-reversed.jsonl"
+    lines = pathlib.Path(logs["clicks"]).read_text().splitlines()
+    reversed_log.write_text("\n".join(reversed(lines)) + "\n")
+    east_logs = dict(logs, clicks=str(reversed_log))
+    running = {
+        name: start_cli(
+            "pipelines.photon",
+            *pipeline_args(
+                east_logs if name == "east" else logs, bigtable_instance, out, name
+            ),
+        )
+        for name, out in outputs.items()
+    }
+    refs = list(logs["refs"].values())
+    # Watched from outside: a pipeline's registrations that grew while the
+    # other process was still running prove that they overlapped.
+    counts = {name: 0 for name in running}
+    grew_while_other_ran = {name: False for name in running}
+    while any(p.poll() is None for p in running.values()):
+        holders = collections.Counter(
+            holder.split("#")[0] for holder in registry.owners(refs).values()
+        )
+        for name, other in (("east", "west"), ("west", "east")):
+            if holders[name] > counts[name] and running[other].poll() is None:
+                grew_while_other_ran[name] = True
+            counts[name] = holders[name]
+        time.sleep(0.02)
+    for process in running.values():
+        finish(process)
+    assert grew_while_other_ran == {"east": True, "west": True}, counts
+    union = joined_union(*outputs.values())
+    assert set(union) == set(logs["truth"]["joinable"])
+    assert set(union.values()) == {1}
