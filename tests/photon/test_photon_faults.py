@@ -191,20 +191,26 @@ def test_two_pipelines_proven_to_overlap_output_each_click_once(
     lines = pathlib.Path(logs["clicks"]).read_text().splitlines()
     reversed_log.write_text("\n".join(reversed(lines)) + "\n")
     east_logs = dict(logs, clicks=str(reversed_log))
+    # One registration per flush: a pipeline's registering takes long enough
+    # to be seen, and paused, before it has won every click.
     running = {
         name: start_cli(
             "pipelines.photon",
             *pipeline_args(
                 east_logs if name == "east" else logs, bigtable_instance, out, name
             ),
+            *("--set", "registry.max_batch=1"),
         )
         for name, out in outputs.items()
     }
     refs = list(logs["refs"].values())
     # Watched from outside: a pipeline's registrations that grew while the
-    # other process was still running prove that they overlapped.
+    # other process was alive prove that they overlapped. The first to
+    # register is paused with SIGSTOP (a real stall, as a loaded machine
+    # makes) until the other registers too, so that neither wins them all.
     counts = {name: 0 for name in running}
     grew_while_other_ran = {name: False for name in running}
+    paused = None
     while any(p.poll() is None for p in running.values()):
         holders = collections.Counter(
             holder.split("#")[0] for holder in registry.owners(refs).values()
@@ -213,6 +219,14 @@ def test_two_pipelines_proven_to_overlap_output_each_click_once(
             if holders[name] > counts[name] and running[other].poll() is None:
                 grew_while_other_ran[name] = True
             counts[name] = holders[name]
+        if paused is None and sum(counts.values()) and not all(counts.values()):
+            paused = next(name for name, count in counts.items() if count)
+            running[paused].send_signal(signal.SIGSTOP)
+        elif paused and (
+            all(counts.values()) or any(p.poll() is not None for p in running.values())
+        ):
+            running[paused].send_signal(signal.SIGCONT)
+            paused = ""  # once only
         time.sleep(0.02)
     for process in running.values():
         finish(process)
