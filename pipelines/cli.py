@@ -7,7 +7,9 @@ does not know either, so a misspelled `--windw_seconds 60` used to run with
 the default. Here a flag neither side knows is an error that names the
 closest known flag, an input glob that matches no file is an error, and
 each of these, like a bad config value, ends the command with one line on
-stderr and exit status 2, never a traceback.
+stderr and exit status 2, never a traceback. A job that fails on purpose
+(Bigtable unavailable past its deadline, a table gone) ends with one line
+and status 1 (`main`).
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ from transforms.records.readers import (
     ReadClickEvents,
     ReadQueryEvents,
     WriteJsonLines,
+    infer_format,
 )
 
 _log = logging.getLogger("pipelines.photon")
@@ -145,6 +146,10 @@ def check_inputs(args: argparse.Namespace) -> None:
         raise cli.UsageError("give both --queries and --clicks, or neither to generate")
     cli.require_matches("--queries", args.queries)
     cli.require_matches("--clicks", args.clicks)
+    if not args.input_format:
+        with cli.usage_errors():
+            for pattern in [*args.queries, *args.clicks]:
+                infer_format(pattern)
 
 
 def join_params(config: config_loader.Config) -> JoinParams:

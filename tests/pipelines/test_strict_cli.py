@@ -93,6 +93,14 @@ def test_input_globs_that_match_nothing_are_errors(tmp_path):
         *("--queries", str(tmp_path / "q.jsonl"), "--clicks", empty),
     )
     assert_usage_error(done, f"--clicks '{empty}' matches no file")
+    text = tmp_path / "c.txt"
+    text.write_text("")
+    done = run_cli(
+        "pipelines.photon",
+        *("--output", str(tmp_path / "p")),
+        *("--queries", str(text), "--clicks", str(text)),
+    )
+    assert_usage_error(done, "cannot infer the record format")
 
 
 def test_verify_refuses_a_joined_directory_that_does_not_exist(tmp_path):
