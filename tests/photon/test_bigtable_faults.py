@@ -22,7 +22,7 @@ from testing.bigtable_emulator import LOCAL_BUILD, BigtableEmulator, free_port
 from testing.photon_generator import PhotonSpec, generate
 from transforms.photon import BigtableTarget, ClickRef, IdRegistry
 from transforms.photon.bigtable_retry import TableGone
-from transforms.photon.id_registry import GcHorizonTooShort
+from transforms.photon.registry_gc import GcHorizonTooShort
 
 pytestmark = [
     pytest.mark.bigtable,

@@ -156,3 +156,39 @@ class PipelinedCheckAndMutate:
         return call_with_retries(
             self._table_id, "CheckAndMutateRow (register)", attempt, self._deadline_s
         )
+
+
+def _column(into, family: str, qualifier: bytes) -> None:
+    column = into.column_range_filter
+    column.family_name = family
+    column.start_qualifier_closed = qualifier
+    column.end_qualifier_closed = qualifier
+
+
+def any_column_predicate(family: str, qualifiers: Sequence[bytes]):
+    """A ``RowFilterPb`` that matches a row with a cell in any of the (sorted)
+    ``qualifiers`` of ``family``: one exact column, or the range they span
+    chained with the union (interleave) of the exact columns."""
+    predicate = RowFilterPb()
+    if len(qualifiers) == 1:
+        _column(predicate, family, qualifiers[0])
+        return predicate
+    span, union = predicate.chain.filters.add(), predicate.chain.filters.add()
+    column_range = span.column_range_filter
+    column_range.family_name = family
+    column_range.start_qualifier_closed = qualifiers[0]
+    column_range.end_qualifier_closed = qualifiers[-1]
+    for qualifier in qualifiers:
+        _column(union.interleave.filters.add(), family, qualifier)
+    return predicate
+
+
+def set_cell(family: str, qualifier: bytes, value: bytes, timestamp_micros: int):
+    """A ``MutationPb`` setting one cell."""
+    mutation = MutationPb()
+    cell = mutation.set_cell
+    cell.family_name = family
+    cell.column_qualifier = qualifier
+    cell.value = value
+    cell.timestamp_micros = timestamp_micros
+    return mutation

@@ -51,7 +51,6 @@ clicks older than that horizon must be rejected before registering
 
 from __future__ import annotations
 
-import datetime
 import enum
 import hashlib
 import time
@@ -69,19 +68,19 @@ from google.cloud.bigtable.data import row_filters as rf
 from transforms.millwheel.bigtable_tables import (
     ID_REGISTRY_FAMILY,
     ensure_table,
-    family_max_age,
     id_registry_table,
 )
 from transforms.millwheel.productions import deterministic_row_key
 from transforms.photon.bigtable_retry import call_with_retries, table_timeouts
 from transforms.photon.bigtable_rpc import (
     ConditionalWrite,
-    MutationPb,
     PipelinedCheckAndMutate,
-    RowFilterPb,
+    any_column_predicate,
     open_channel,
+    set_cell,
 )
-from transforms.photon.params import DAY_MS, BigtableTarget, RegistryLayout
+from transforms.photon.params import BigtableTarget, RegistryLayout
+from transforms.photon.registry_gc import check_gc_horizon
 
 T = TypeVar("T")
 
@@ -98,26 +97,6 @@ _LAYOUT_COLUMN = b"layout"
 
 class LayoutMismatch(ValueError):
     """The registry table was laid out differently by another pipeline."""
-
-
-class GcHorizonTooShort(ValueError):
-    """The registry table forgets registrations sooner than ``gc_days``."""
-
-
-def check_gc_horizon(target: BigtableTarget, gc_days: int) -> None:
-    """Raises `GcHorizonTooShort` if the existing registry table's GC rule
-    drops cells younger than ``gc_days``: the age check would then let a
-    click through whose earlier registration is already gone."""
-    max_age = family_max_age(
-        target.project, target.instance_id, target.registry_table, ID_REGISTRY_FAMILY
-    )
-    if max_age is not None and max_age < datetime.timedelta(days=gc_days):
-        raise GcHorizonTooShort(
-            f"id registry table {target.registry_table!r} garbage-collects "
-            f"registrations after {max_age}, less than gc_days={gc_days}: a click "
-            f"between the two ages could be joined twice; use gc_days <= "
-            f"{max_age.days}, or change the table's GC rule"
-        )
 
 
 class Outcome(enum.Enum):
@@ -154,18 +133,6 @@ def row_key(click: ClickRef, layout: RegistryLayout) -> bytes:
     digest = hashlib.blake2b(click.click_id.encode(), digest_size=8).digest()
     bucket = int.from_bytes(digest, "big") % layout.buckets
     return deterministic_row_key(bucket, click.event_time_ms // layout.slice_ms)
-
-
-def older_than_horizon(event_time_ms: int, now_ms: int, gc_days: int) -> str | None:
-    """Why a click at ``event_time_ms`` may not be registered at ``now_ms``,
-    or None if it may."""
-    age_ms = now_ms - event_time_ms
-    if age_ms <= gc_days * DAY_MS:
-        return None
-    return (
-        f"click is {age_ms / DAY_MS:.1f} days old, past the id registry's "
-        f"GC horizon of {gc_days} days"
-    )
 
 
 # Per row: column qualifier (click id) -> positions of that id in the batch.
@@ -315,10 +282,12 @@ class IdRegistry:
         writes = [
             ConditionalWrite(
                 row,
-                _any_column_pb(qualifiers),
+                any_column_predicate(ID_REGISTRY_FAMILY, qualifiers),
                 if_false=[
                     # An id's first listed occurrence is the one written.
-                    _set_cell_pb(q, tokens[pending[row][q][0]], now_micros)
+                    set_cell(
+                        ID_REGISTRY_FAMILY, q, tokens[pending[row][q][0]], now_micros
+                    )
                     for q in qualifiers
                 ],
             )
@@ -443,38 +412,3 @@ def _latest_cells() -> rf.RowFilter:
     return rf.RowFilterChain(
         [rf.ColumnRangeFilter(ID_REGISTRY_FAMILY), rf.CellsColumnLimitFilter(1)]
     )
-
-
-def _column_pb(into, qualifier: bytes) -> None:
-    column = into.column_range_filter
-    column.family_name = ID_REGISTRY_FAMILY
-    column.start_qualifier_closed = qualifier
-    column.end_qualifier_closed = qualifier
-
-
-def _any_column_pb(qualifiers: Sequence[bytes]):
-    """A predicate that matches a row with a cell in any of the (sorted)
-    ``qualifiers``: one exact column, or the range they span chained with
-    the union (interleave) of the exact columns."""
-    predicate = RowFilterPb()
-    if len(qualifiers) == 1:
-        _column_pb(predicate, qualifiers[0])
-        return predicate
-    span, union = predicate.chain.filters.add(), predicate.chain.filters.add()
-    column_range = span.column_range_filter
-    column_range.family_name = ID_REGISTRY_FAMILY
-    column_range.start_qualifier_closed = qualifiers[0]
-    column_range.end_qualifier_closed = qualifiers[-1]
-    for qualifier in qualifiers:
-        _column_pb(union.interleave.filters.add(), qualifier)
-    return predicate
-
-
-def _set_cell_pb(qualifier: bytes, token: bytes, timestamp_micros: int):
-    mutation = MutationPb()
-    cell = mutation.set_cell
-    cell.family_name = ID_REGISTRY_FAMILY
-    cell.column_qualifier = qualifier
-    cell.value = token
-    cell.timestamp_micros = timestamp_micros
-    return mutation

@@ -40,14 +40,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.photon.event_store import METRICS_NAMESPACE
-from transforms.photon.id_registry import (
-    ClickRef,
-    IdRegistry,
-    Outcome,
-    older_than_horizon,
-)
+from transforms.photon.id_registry import ClickRef, IdRegistry, Outcome
 from transforms.photon.joiner import UNJOINABLE
 from transforms.photon.params import BigtableTarget, RegistryParams
+from transforms.photon.registry_gc import older_than_horizon
 from transforms.records.photon_pb2 import JoinedClick, UnjoinableClick
 
 WASTED = "wasted"
