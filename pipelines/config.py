@@ -2,8 +2,16 @@
 
 A config is a two-level mapping, section -> key -> value. Overrides come as
 "section.key=value" strings; values are parsed as YAML scalars, so numbers
-and booleans keep their types. Unknown sections or keys are errors: a typo in
-a config must not silently fall back to a default.
+and booleans keep their types, except for keys whose value is a string: their
+text is taken as it is, so `--set pipeline.id=no` is "no", not false, and
+`010` is "010", not 8. Unknown sections or keys are errors: a typo in a
+config must not silently fall back to a default.
+
+Every value is checked against the type of its shipped default (an integer
+is also a valid float), or against the type the caller declares for keys
+whose default does not tell (a null default, a string unless declared; a
+whole-number default of a value that may be fractional), so a wrong type is
+a one-line `ConfigError` instead of a failure deep inside the job.
 """
 
 import argparse
@@ -17,6 +25,10 @@ import yaml
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
 
 Config = dict[str, dict[str, Any]]
+# "section.key" -> the type its values must have, and whether null is allowed.
+Types = dict[str, tuple[type, bool]]
+
+_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 
 
 class ConfigError(ValueError):
@@ -26,6 +38,46 @@ class ConfigError(ValueError):
 def load(path: str | pathlib.Path, defaults: Mapping[str, Mapping[str, Any]]) -> Config:
     """The config at `path`, merged over `defaults` and checked against them."""
     return merge(defaults, read(path), origin=str(path))
+
+
+def value_types(
+    defaults: Mapping[str, Mapping[str, Any]],
+    declared: Mapping[str, type] | None = None,
+) -> Types:
+    """The type of each key's values: as `declared` ("section.key" -> type),
+    else its default's, else (a null default) a string. A key whose default
+    is null may stay null."""
+    declared = declared or {}
+    types: Types = {}
+    for section, values in defaults.items():
+        for key, value in values.items():
+            name = f"{section}.{key}"
+            kind = declared.get(name, str if value is None else type(value))
+            types[name] = (kind, value is None)
+    return types
+
+
+def _check_type(
+    name: str, value: Any, expected: tuple[type, bool], origin: str
+) -> None:
+    kind, may_be_null = expected
+    if value is None:
+        if not may_be_null:
+            raise ConfigError(f"{origin}: {name} may not be null")
+        return
+    if not _is_a(value, kind):
+        raise ConfigError(
+            f"{origin}: {name} must be {_TYPE_NAMES.get(kind, kind.__name__)}"
+            f", got {value!r}"
+        )
+
+
+def _is_a(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):
+        return kind is bool  # YAML's yes/no must not pass for 1/0
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
 
 
 def read(path: str | pathlib.Path) -> dict[str, Any]:
@@ -45,8 +97,11 @@ def merge(
     defaults: Mapping[str, Mapping[str, Any]],
     updates: Mapping[str, Any],
     origin: str,
+    types: Types | None = None,
 ) -> Config:
-    """`defaults` with `updates` applied; unknown names raise `ConfigError`."""
+    """`defaults` with `updates` applied; unknown names and values of the wrong
+    type (`types`, by default those of `defaults`) raise `ConfigError`."""
+    types = value_types(defaults) if types is None else types
     merged: Config = copy.deepcopy({k: dict(v) for k, v in defaults.items()})
     for section, values in updates.items():
         if section not in merged:
@@ -62,19 +117,36 @@ def merge(
                     f"{origin}: unknown key {section}.{key}; "
                     f"expected one of: {', '.join(merged[section])}"
                 )
+            _check_type(f"{section}.{key}", value, types[f"{section}.{key}"], origin)
             merged[section][key] = value
     return merged
 
 
-def apply_overrides(config: Config, overrides: Iterable[str]) -> Config:
-    """`config` with each "section.key=value" override applied in order."""
+def apply_overrides(
+    config: Config, overrides: Iterable[str], types: Types | None = None
+) -> Config:
+    """`config` with each "section.key=value" override applied in order.
+
+    A string key takes the text as it is; other values are YAML scalars.
+    `types` defaults to the types of `config`'s values.
+    """
+    types = value_types(config) if types is None else types
     for override in overrides:
         name, sep, raw = override.partition("=")
         section, dot, key = name.strip().partition(".")
         if not sep or not dot:
             raise ConfigError(f"override {override!r} must look like section.key=value")
-        config = merge(config, {section: {key: yaml.safe_load(raw)}}, "--set")
+        kind, _ = types.get(f"{section}.{key}", (None, False))
+        value = raw if kind is str else _scalar(raw, name)
+        config = merge(config, {section: {key: value}}, "--set", types)
     return config
+
+
+def _scalar(raw: str, name: str) -> Any:
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {name}: {raw!r} is not a value") from None
 
 
 def add_config_arguments(
@@ -92,18 +164,27 @@ def add_config_arguments(
 
 
 def from_command_line(
-    default_path: pathlib.Path, args: argparse.Namespace, flag_keys: Mapping[str, str]
+    default_path: pathlib.Path,
+    args: argparse.Namespace,
+    flag_keys: Mapping[str, str],
+    declared: Mapping[str, type] | None = None,
 ) -> Config:
     """A pipeline's config, from lowest to highest precedence.
 
     The shipped defaults at `default_path`, the file given by `--config`,
     each `--set section.key=value`, then the named flags that were given
-    (`flag_keys` maps a flag's attribute name to its config key).
+    (`flag_keys` maps a flag's attribute name to its config key). Flag values
+    keep the type argparse gave them: they are never re-read as YAML.
+    `declared` names the type of keys whose default does not tell (see
+    `value_types`).
     """
-    config = load(args.config, read(default_path))
-    flags = [
-        f"{key}={getattr(args, flag)}"
-        for flag, key in flag_keys.items()
-        if getattr(args, flag, None) is not None
-    ]
-    return apply_overrides(config, [*args.set, *flags])
+    defaults = read(default_path)
+    types = value_types(defaults, declared)
+    config = merge(defaults, read(args.config), str(args.config), types)
+    config = apply_overrides(config, args.set, types)
+    for flag, name in flag_keys.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            section, key = name.split(".")
+            config = merge(config, {section: {key: value}}, f"--{flag}", types)
+    return config

@@ -16,11 +16,14 @@ of the job share one Bigtable and differ by `--pipeline_id`, their token in
 the id registry.
 
 OUTPUT receives joined*.jsonl, unjoinable*.jsonl, wasted*.jsonl and
-dead_letters*.jsonl. Unknown flags go to Beam (`--runner`, ...).
+dead_letters*.jsonl. Beam's flags (`--runner`, ...) are passed on to Beam; a
+flag neither knows, or a `--queries`/`--clicks` pattern matching no file, is
+an error (one line on stderr, exit status 2, see `pipelines.cli`).
 """
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import pathlib
 import sys
@@ -30,8 +33,8 @@ from collections.abc import Iterator, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines import cli
 from pipelines import config as config_loader
-from pipelines import console
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import counter_totals, format_table
@@ -47,6 +50,7 @@ from transforms.photon import (
     RegistryLayout,
     RegistryParams,
 )
+from transforms.photon.registration import check_token
 from transforms.records.photon_pb2 import JoinedClick, UnjoinableClick
 from transforms.records.readers import DEAD_LETTERS as READ_DEAD_LETTERS
 from transforms.records.readers import (
@@ -54,6 +58,7 @@ from transforms.records.readers import (
     ReadClickEvents,
     ReadQueryEvents,
     WriteJsonLines,
+    infer_format,
 )
 
 _log = logging.getLogger("pipelines.photon")
@@ -81,7 +86,9 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(
+    """Our flags, and the Beam flags left over; `cli.UsageError` if any
+    flag is unknown to both."""
+    parser = cli.Parser(
         prog="python -m pipelines.photon", description=__doc__.split("\n\n")[0]
     )
     add_common_args(parser)
@@ -110,9 +117,39 @@ _FLAG_KEYS = {
 }
 
 
+# Keys whose default does not tell their type: null, or a whole number of a
+# unit that may be fractional.
+_DECLARED_TYPES = {
+    "registry.now_ms": int,
+    "registry.slice_minutes": float,
+    "join.max_wait_seconds": float,
+    "join.query_ttl_seconds": float,
+    "join.timer_slot_seconds": float,
+    "generator.duration_minutes": float,
+    "bigtable.deadline_seconds": float,
+}
+
+
 def load_config(args: argparse.Namespace) -> config_loader.Config:
     """configs/photon.yaml, then --config, then --set, then named flags."""
-    return config_loader.from_command_line(DEFAULT_CONFIG, args, _FLAG_KEYS)
+    return config_loader.from_command_line(
+        DEFAULT_CONFIG, args, _FLAG_KEYS, _DECLARED_TYPES
+    )
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """`cli.UsageError` unless both logs are given (or neither, to generate),
+    every pattern matches a file, and the Bigtable flags come together."""
+    if bool(args.bigtable_project) != bool(args.bigtable_instance):
+        raise cli.UsageError("--bigtable_project and --bigtable_instance go together")
+    if bool(args.queries) != bool(args.clicks):
+        raise cli.UsageError("give both --queries and --clicks, or neither to generate")
+    cli.require_matches("--queries", args.queries)
+    cli.require_matches("--clicks", args.clicks)
+    if not args.input_format:
+        with cli.usage_errors():
+            for pattern in [*args.queries, *args.clicks]:
+                infer_format(pattern)
 
 
 def join_params(config: config_loader.Config) -> JoinParams:
@@ -148,9 +185,6 @@ def bigtable_target(
     args: argparse.Namespace, config: config_loader.Config
 ) -> Iterator[BigtableTarget]:
     """The configured Bigtable, or an emulator started for the block."""
-    tables = config["bigtable"]
-    if bool(args.bigtable_project) != bool(args.bigtable_instance):
-        raise SystemExit("--bigtable_project and --bigtable_instance go together")
     with contextlib.ExitStack() as stack:
         project, instance = args.bigtable_project, args.bigtable_instance
         if not project:
@@ -159,8 +193,21 @@ def bigtable_target(
             emulator = stack.enter_context(BigtableEmulator())
             _log.info("Bigtable emulator (%s) at %s", emulator.source, emulator.host)
             project, instance = LOCAL_BIGTABLE
-        yield BigtableTarget(
-            project, instance, tables["registry_table"], tables["events_table"]
+        yield target_of(config, project, instance)
+
+
+def target_of(
+    config: config_loader.Config, project: str, instance: str
+) -> BigtableTarget:
+    """The configured tables of `project`/`instance` as a `BigtableTarget`."""
+    tables = config["bigtable"]
+    with cli.usage_errors():
+        return BigtableTarget(
+            project,
+            instance,
+            tables["registry_table"],
+            tables["events_table"],
+            float(tables["deadline_seconds"]),
         )
 
 
@@ -281,28 +328,27 @@ def truth_check(output: pathlib.Path, logs) -> str:
 
 def run(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
-    if bool(args.queries) != bool(args.clicks):
-        raise SystemExit("give both --queries and --clicks, or neither to generate")
+    check_inputs(args)
     config = load_config(args)
+    token = config["pipeline"]["id"]
+    with cli.usage_errors():
+        check_token(token)
+        join = join_params(config)
+        registry = registry_params(config, args.fail_after_register_fraction)
     output = pathlib.Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     generated = generate_input(config, output) if not args.queries else None
-    if generated and config["registry"]["now_ms"] is None:
+    if generated and registry.now_ms is None:
         # Generated logs are dated; judge their age by their own clock.
-        config["registry"]["now_ms"] = generated["logs"].now_ms
+        registry = dataclasses.replace(registry, now_ms=generated["logs"].now_ms)
     queries = generated["queries"] if generated else args.queries
     clicks = generated["clicks"] if generated else args.clicks
-    token = str(config["pipeline"]["id"])
     runner, beam_args = choose_runner(beam_args)
     with bigtable_target(args, config) as target:
-        transform = PhotonJoin(
-            target,
-            token,
-            join_params(config),
-            registry_params(config, args.fail_after_register_fraction),
-        )
         pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
-        build(pipeline, queries, clicks, args.input_format, transform, output)
+        with cli.usage_errors():
+            transform = PhotonJoin(target, token, join, registry)
+            build(pipeline, queries, clicks, args.input_format, transform, output)
         _log.info("running %s on %s", token, type(pipeline.runner).__name__)
         started = time.monotonic()
         result = pipeline.run()
@@ -316,5 +362,4 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    console.configure_logging()
-    sys.exit(run())
+    cli.main(run, "python -m pipelines.photon")

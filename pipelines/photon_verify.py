@@ -5,13 +5,16 @@
         --bigtable_project P --bigtable_instance I
 
 Reads the click log, the joined outputs (joined*.jsonl in each `--joined`
-directory) and the id registry; reports the clicks that are registered but
-absent from every output, releases their registrations, and re-runs the join
-for them under its own `--pipeline_id` (default `<pipeline.id>-verify`),
-writing joined*.jsonl, unjoinable*.jsonl, wasted*.jsonl and
-dead_letters*.jsonl to OUTPUT. Run it once the pipelines have finished.
-`--dry_run` only reports. The Bigtable defaults to `$BIGTABLE_EMULATOR_HOST`
-with the project and instance `pipelines.photon` uses for its own emulator.
+directory, and what earlier verifications wrote) and the id registry;
+reports the clicks that are registered but absent from every output, moves
+their registrations to itself and re-runs the join for them under its own
+token (`--pipeline_id`, default `<pipeline.id>-verify`, followed by the
+output directory), writing joined*.jsonl, unjoinable*.jsonl, wasted*.jsonl
+and dead_letters*.jsonl to a new OUTPUT/run-NNNN/. Run it once the pipelines
+have finished. Killed at any point, or run again, it joins no click twice
+and loses none (see `transforms.photon.verification`). `--dry_run` only
+reports. The Bigtable defaults to `$BIGTABLE_EMULATOR_HOST` with the project
+and instance `pipelines.photon` uses for its own emulator.
 """
 
 import argparse
@@ -19,24 +22,31 @@ import logging
 import os
 import pathlib
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import console, photon
+from pipelines import cli, photon
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import format_table
 from transforms.photon import (
     JOINED,
-    BigtableTarget,
     ClickRef,
     IdRegistry,
     PhotonJoin,
 )
-from transforms.photon.verification import Findings, find_lost, release_lost
+from transforms.photon.registration import check_token
+from transforms.photon.verification import (
+    Findings,
+    find_lost,
+    take_over_lost,
+    verified_into,
+    verifier_token,
+)
+from transforms.records.compressed import open_checked
 from transforms.records.file_reader import FileReader
 from transforms.records.parse import parse_click_event
 from transforms.records.photon_pb2 import ClickEvent, JoinedClick
@@ -46,7 +56,7 @@ _log = logging.getLogger("pipelines.photon_verify")
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(
+    parser = cli.Parser(
         prog="python -m pipelines.photon_verify",
         description=__doc__.split("\n\n")[0],
     )
@@ -69,27 +79,49 @@ def logged_clicks(patterns: Sequence[str], input_format: str | None) -> Iterator
             reader = FileReader(
                 parse_click_event, "ClickEvent", DEFAULT_MAX_LINE_BYTES, match.path
             )
-            with FileSystems.open(match.path) as fh:
+            with open_checked(match.path) as fh:
                 for record in reader.read(fmt, fh):
                     if isinstance(record, ClickEvent):
                         yield record
 
 
-def output_ids(directories: Sequence[str]) -> set[str]:
-    return {
-        joined.click.click_id
-        for directory in directories
-        for joined in read_output(pathlib.Path(directory), JOINED, JoinedClick)
-    }
+def output_ids(directories: Iterable[str]) -> set[str]:
+    """The click ids joined in each directory, or in its verification runs."""
+    ids = set()
+    for directory in map(pathlib.Path, directories):
+        for folder in [directory, *_runs(directory)]:
+            ids.update(
+                j.click.click_id for j in read_output(folder, JOINED, JoinedClick)
+            )
+    return ids
+
+
+def _runs(output: pathlib.Path) -> list[pathlib.Path]:
+    """The run directories a verifier wrote under `output`, oldest first."""
+    return sorted(output.glob("run-[0-9][0-9][0-9][0-9]"))
+
+
+def find_lost_anywhere(
+    logged: list[ClickRef], known: list[str], registry: IdRegistry
+) -> Findings:
+    """`find_lost` over the `known` directories and those of every verifier
+    holding a click that seems lost (its token names where it wrote)."""
+    findings = find_lost(logged, output_ids(known), registry)
+    others = {verified_into(holder) for holder in findings.lost.values()}
+    others = {d for d in others if d is not None and d not in known}
+    if not others:
+        return findings
+    return find_lost(logged, output_ids([*known, *others]), registry)
 
 
 def rejoin(
     args: argparse.Namespace,
     beam_args: list[str],
     transform: PhotonJoin,
-    released: set[str],
+    taken_over: set[str],
+    output: pathlib.Path,
 ) -> None:
-    """Run the join over the released clicks and their queries only."""
+    """Run the join over the taken-over clicks and their queries only."""
     runner, beam_args = choose_runner(beam_args)
     pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
     photon.build(
@@ -97,24 +129,24 @@ def rejoin(
         args.queries,
         args.clicks,
         args.input_format,
-        _OnlyReleased(transform, released),
-        pathlib.Path(args.output),
+        _OnlyTakenOver(transform, taken_over),
+        output,
     )
     pipeline.run().wait_until_finish()
 
 
-class _OnlyReleased(beam.PTransform):
-    """`transform` applied to the released clicks and their queries."""
+class _OnlyTakenOver(beam.PTransform):
+    """`transform` applied to the taken-over clicks and their queries."""
 
-    def __init__(self, transform: PhotonJoin, released: set[str]) -> None:
+    def __init__(self, transform: PhotonJoin, taken_over: set[str]) -> None:
         super().__init__()
         self._transform = transform
-        self._released = released
+        self._taken_over = taken_over
 
     def expand(self, inputs):
         queries, clicks = inputs
-        released = self._released
-        clicks = clicks | "Released" >> beam.Filter(lambda c: c.click_id in released)
+        taken_over = self._taken_over
+        clicks = clicks | "TakenOver" >> beam.Filter(lambda c: c.click_id in taken_over)
         query_ids = beam.pvalue.AsDict(
             clicks | "QueryIds" >> beam.Map(lambda c: (c.query_id, None))
         )
@@ -132,7 +164,7 @@ def report(findings: Findings, token: str, rejoined: int | None) -> str:
         ("in the outputs", findings.output),
         ("registered", findings.registered),
         ("registered, not output", f"{len(findings.lost)} {shown}{more}".strip()),
-        ("released", len(findings.released)),
+        ("taken over", len(findings.taken_over)),
         ("re-joined", "-" if rejoined is None else f"{rejoined} under {token}"),
     ]
     return format_table("Photon verification", rows)
@@ -141,43 +173,51 @@ def report(findings: Findings, token: str, rejoined: int | None) -> str:
 def run(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
     if not args.queries or not args.clicks:
-        raise SystemExit("--queries and --clicks are required")
+        raise cli.UsageError("--queries and --clicks are required")
+    photon.check_inputs(args)
+    for directory in args.joined:
+        if not pathlib.Path(directory).is_dir():
+            # Read as "no output", it would make every registered click look lost.
+            raise cli.UsageError(f"--joined {directory!r} is not a directory")
     config = photon.load_config(args)
-    token = args.pipeline_id or f"{config['pipeline']['id']}-verify"
+    output = pathlib.Path(args.output).resolve()
+    name = args.pipeline_id or f"{config['pipeline']['id']}-verify"
+    token = verifier_token(name, str(output))
     if not args.bigtable_project and not os.environ.get("BIGTABLE_EMULATOR_HOST"):
-        raise SystemExit(
+        raise cli.UsageError(
             "give --bigtable_project/--bigtable_instance, or set "
             "BIGTABLE_EMULATOR_HOST to the emulator the pipelines used"
         )
     project = args.bigtable_project or photon.LOCAL_BIGTABLE[0]
     instance = args.bigtable_instance or photon.LOCAL_BIGTABLE[1]
-    tables = config["bigtable"]
-    target = BigtableTarget(
-        project, instance, tables["registry_table"], tables["events_table"]
-    )
-    params = photon.registry_params(config)
+    target = photon.target_of(config, project, instance)
+    with cli.usage_errors():
+        check_token(token)
+        params = photon.registry_params(config)
+        join = photon.join_params(config)
     registry = IdRegistry(target, params.gc_days, layout=params.layout)
     try:
         logged = [
             ClickRef(c.click_id, c.event_time)
             for c in logged_clicks(args.clicks, args.input_format)
         ]
-        findings = find_lost(logged, output_ids(args.joined), registry)
+        findings = find_lost_anywhere(logged, [*args.joined, str(output)], registry)
         if not args.dry_run:
-            release_lost(findings, registry)
+            take_over_lost(findings, registry, token)
     finally:
         registry.close()
     rejoined = None
-    if findings.released:
-        output = pathlib.Path(args.output)
-        output.mkdir(parents=True, exist_ok=True)
-        transform = PhotonJoin(target, token, photon.join_params(config), params)
-        rejoin(args, beam_args, transform, set(findings.released))
-        rejoined = len(read_output(output, JOINED, JoinedClick))
+    if findings.taken_over:
+        # A new directory per run: a rerun must not overwrite what an
+        # earlier one joined.
+        run_dir = output / f"run-{len(_runs(output)) + 1:04d}"
+        run_dir.mkdir(parents=True)
+        transform = PhotonJoin(target, token, join, params)
+        rejoin(args, beam_args, transform, set(findings.taken_over), run_dir)
+        rejoined = len(read_output(run_dir, JOINED, JoinedClick))
     print(report(findings, token, rejoined))
     return 0
 
 
 if __name__ == "__main__":
-    console.configure_logging()
-    sys.exit(run())
+    cli.main(run, "python -m pipelines.photon_verify")

@@ -12,8 +12,10 @@ under OUTPUT/generated/, reads it back like any input and, at the end, scores
 the anomalies against the injected ground truth.
 
 OUTPUT receives anomalies*.jsonl, late*.jsonl and dead_letters*.jsonl, and on
-request window_counts*.jsonl, scores*.jsonl and report.html. Unknown flags
-go to Beam (`--runner`, `--direct_num_workers`, `--spark_master_url`, ...).
+request window_counts*.jsonl, scores*.jsonl and report.html. Beam's flags
+(`--runner`, `--direct_num_workers`, `--spark_master_url`, ...) go to Beam;
+a flag neither knows, or an `--input` matching no file, is an error (one
+line on stderr, exit status 2, see `pipelines.cli`).
 
 With `--model_store=bigtable` each query's model is seeded from, and
 persisted to, the Bigtable `models` table, so a later run continues from
@@ -32,8 +34,8 @@ from collections.abc import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines import cli
 from pipelines import config as config_loader
-from pipelines import console
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import counter_totals, format_table
@@ -67,7 +69,7 @@ METRIC_NAMESPACES = ("millwheel.records", "millwheel.dedup", "millwheel.zeitgeis
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(
+    parser = cli.Parser(
         prog="python -m pipelines.zeitgeist",
         description=__doc__.split("\n\n")[0],
     )
@@ -127,7 +129,9 @@ _FLAG_KEYS = {
 
 def load_config(args: argparse.Namespace) -> config_loader.Config:
     """configs/zeitgeist.yaml, then --config, then --set, then named flags."""
-    return config_loader.from_command_line(DEFAULT_CONFIG, args, _FLAG_KEYS)
+    return config_loader.from_command_line(
+        DEFAULT_CONFIG, args, _FLAG_KEYS, {"generator.days": float}
+    )
 
 
 def zeitgeist_transform(config: config_loader.Config) -> Zeitgeist:
@@ -279,12 +283,15 @@ def evaluation(output: pathlib.Path, config: config_loader.Config) -> str:
 
 def run(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
+    cli.require_matches("--input", args.input)
     config = load_config(args)
-    transform = zeitgeist_transform(config)
+    with cli.usage_errors():
+        transform = zeitgeist_transform(config)
     output = pathlib.Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     generated = not args.input
-    inputs = [str(generate_input(config, output))] if generated else args.input
+    with cli.usage_errors():  # a generator setting it cannot honour
+        inputs = [str(generate_input(config, output))] if generated else args.input
     extra = [
         name
         for name, wanted in (
@@ -295,7 +302,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     ]
     runner, beam_args = choose_runner(beam_args)
     pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
-    build(pipeline, inputs, args.input_format, transform, output, extra)
+    with cli.usage_errors():  # e.g. an --input whose format has no name
+        build(pipeline, inputs, args.input_format, transform, output, extra)
     _log.info("running on %s", type(pipeline.runner).__name__)
     started = time.monotonic()
     result = pipeline.run()
@@ -313,5 +321,4 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    console.configure_logging()
-    sys.exit(run())
+    cli.main(run, "python -m pipelines.zeitgeist")

@@ -1,4 +1,4 @@
-"""The id registry: batched conditional inserts per row, release, GC horizon."""
+"""The id registry: batched conditional inserts per row, take-over, GC horizon."""
 
 import threading
 
@@ -164,15 +164,17 @@ def test_concurrent_overlapping_batches_give_each_id_one_owner(bigtable_instance
                 assert got[click.click_id] is Outcome.DUPLICATE
 
 
-def test_release_only_frees_an_id_held_by_the_given_token(registry):
+def test_take_over_moves_an_id_only_from_the_given_holder(registry):
     c1, c2 = clicks("c", 2)
     registry.register_many([c1, c2], "A")
-    assert registry.release(c1, "B") is False
+    assert registry.take_over(c1, "B", "V") is False
     assert registry.owners([c1]) == {"c0": "A"}
-    assert registry.release(c1, "A") is True
-    # Only that id: its row neighbour stays registered.
-    assert registry.owners([c1, c2]) == {"c1": "A"}
-    assert registry.register(c1, "B") is Outcome.REGISTERED
+    assert registry.take_over(c1, "A", "V") is True
+    # Only that id: its row neighbour stays with A, and A now loses c0.
+    assert registry.owners([c1, c2]) == {"c0": "V", "c1": "A"}
+    assert registry.register(c1, "A") is Outcome.DUPLICATE
+    assert registry.register(c1, "V") is Outcome.ALREADY_MINE
+    assert registry.take_over(c1, "V", "V") is True  # a rerun: idempotent
 
 
 def test_rows_are_hash_prefixed_by_bucket_and_slice_and_have_the_gc_rule(

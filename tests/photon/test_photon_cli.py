@@ -178,8 +178,8 @@ def test_verify_restores_clicks_lost_between_commit_and_write(
         str(logs["truth"]["now_ms"]),
     )
     assert summary_value(stdout, "registered, not output") == len(lost)
-    assert summary_value(stdout, "released") == len(lost)
-    restored = click_ids(verified, "joined")
+    assert summary_value(stdout, "taken over") == len(lost)
+    restored = click_ids(verified / "run-0001", "joined")
     assert sorted(restored) == sorted(lost)
     union = collections.Counter(click_ids(crashed, "joined") + restored)
     assert set(union) == joinable

@@ -362,7 +362,7 @@ def test_gzipped_jsonl_is_decompressed_and_a_corrupt_gz_is_a_dead_letter(tmp_pat
                         "field 'count' mus",
                         b'{"query": "zipped", "event_time": 1700000000001, "count": 0}',
                     ),
-                    (str(corrupt), "line 1", "unreadable file: ", b""),
+                    (str(corrupt), "line 1", "unreadable file a", b""),
                 ]
             ),
             label="DeadLetters",

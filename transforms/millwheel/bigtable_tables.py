@@ -135,3 +135,26 @@ def _add_missing_families(table, spec: TableSpec) -> None:
         # Another worker may add it between our listing and this call.
         with contextlib.suppress(AlreadyExists):
             table.column_family(name, gc_rule=gc_rule).create()
+
+
+def family_max_age(
+    project: str, instance_id: str, table_id: str, family: str
+) -> datetime.timedelta | None:
+    """The age past which ``family``'s GC rule drops any cell of an existing
+    table, or None if age alone never drops one (or the family is absent)."""
+    admin = Client(project=project, admin=True)
+    families = admin.instance(instance_id).table(table_id).list_column_families()
+    present = families.get(family)
+    return None if present is None else _max_age(present.gc_rule)
+
+
+def _max_age(rule: GarbageCollectionRule | None) -> datetime.timedelta | None:
+    if isinstance(rule, column_family.MaxAgeGCRule):
+        return rule.max_age
+    if isinstance(rule, column_family.GCRuleUnion):  # any rule may drop a cell
+        ages = [age for age in map(_max_age, rule.rules) if age is not None]
+        return min(ages, default=None)
+    if isinstance(rule, column_family.GCRuleIntersection):  # all must agree
+        ages = [_max_age(r) for r in rule.rules]
+        return None if None in ages else max(ages, default=None)
+    return None  # no rule, or a version limit: the latest cell stays

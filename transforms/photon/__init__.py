@@ -14,12 +14,7 @@ from transforms.photon.composite import (
     PhotonJoin,
 )
 from transforms.photon.event_store import EventStore, WriteToEventStore
-from transforms.photon.id_registry import (
-    ClickRef,
-    IdRegistry,
-    Outcome,
-    older_than_horizon,
-)
+from transforms.photon.id_registry import ClickRef, IdRegistry, Outcome
 from transforms.photon.joiner import Joiner
 from transforms.photon.params import (
     BigtableTarget,
@@ -28,6 +23,7 @@ from transforms.photon.params import (
     RegistryParams,
 )
 from transforms.photon.registration import RegisterJoins
+from transforms.photon.registry_gc import older_than_horizon
 
 __all__ = [
     "DEAD_LETTERS",

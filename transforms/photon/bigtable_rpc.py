@@ -10,13 +10,13 @@ blocks until its answer, and its per-call overhead (request wrappers,
 operation metrics) costs more than the RPC itself against a nearby server.
 
 Each request is idempotent for its caller (see ``id_registry``), so a call
-that fails with a transient status is simply sent again.
+that fails with a transient status is simply sent again, under the policy of
+``bigtable_retry``.
 """
 
 from __future__ import annotations
 
 import os
-import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -27,6 +27,8 @@ import grpc
 from google.cloud.bigtable_v2.types import bigtable as _bigtable
 from google.cloud.bigtable_v2.types import data as _data
 
+from transforms.photon.bigtable_retry import call_with_retries
+
 _CheckAndMutateRequest = _bigtable.CheckAndMutateRowRequest.pb()
 _CheckAndMutateResponse = _bigtable.CheckAndMutateRowResponse.pb()
 RowFilterPb = _data.RowFilter.pb()
@@ -35,14 +37,6 @@ MutationPb = _data.Mutation.pb()
 _METHOD = "/google.bigtable.v2.Bigtable/CheckAndMutateRow"
 _ENDPOINT = "bigtable.googleapis.com:443"
 _SCOPES = ("https://www.googleapis.com/auth/bigtable.data",)
-_TRANSIENT = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.ABORTED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    }
-)
 
 
 def open_channel() -> grpc.Channel:
@@ -77,8 +71,7 @@ class PipelinedCheckAndMutate:
         *,
         app_profile_id: str = "",
         max_in_flight: int = 128,
-        timeout_s: float = 30.0,
-        max_attempts: int = 5,
+        deadline_s: float = 60.0,
     ) -> None:
         self._call = channel.unary_unary(
             _METHOD,
@@ -93,14 +86,18 @@ class PipelinedCheckAndMutate:
             params += f"&app_profile_id={urllib.parse.quote(app_profile_id)}"
         self._metadata = (("x-goog-request-params", params),)
         self._max_in_flight = max_in_flight
-        self._timeout_s = timeout_s
-        self._max_attempts = max_attempts
+        self._deadline_s = deadline_s
+        # One attempt may not use up the whole deadline: a reply lost on a
+        # dead connection must leave time to resend.
+        self._timeout_s = min(30.0, deadline_s / 2)
+        self._table_id = table_name.rsplit("/", 1)[-1]
 
     def run(self, writes: Sequence[ConditionalWrite]) -> list[bool]:
         """``predicate_matched`` of each write, in order; all writes applied.
 
-        Raises ``grpc.RpcError`` if a write keeps failing (after
-        ``max_attempts`` for transient errors, at once for others).
+        Raises ``BigtableUnavailable`` if a write keeps failing with a
+        transient status until the deadline, ``TableGone`` if the table does
+        not exist, and ``grpc.RpcError`` at once for other errors.
         """
         if len(writes) == 1:
             # Alone, a blocking call: a future's completion hand-off only adds
@@ -149,13 +146,49 @@ class PipelinedCheckAndMutate:
 
     def _answer(self, write: ConditionalWrite, first_attempt: Callable) -> bool:
         """The write's ``predicate_matched``, resending it on transient errors."""
-        attempt_call, attempt = first_attempt, 1
-        while True:
-            try:
-                return attempt_call().predicate_matched
-            except grpc.RpcError as error:
-                if error.code() not in _TRANSIENT or attempt >= self._max_attempts:
-                    raise
-            # Rare: resend this one alone after a short backoff.
-            time.sleep(0.05 * 2**attempt)
-            attempt_call, attempt = partial(self._blocking, write), attempt + 1
+        attempts = [first_attempt]
+
+        def attempt() -> bool:
+            # The first answer is the pipelined call's; a resend goes alone.
+            call = attempts.pop() if attempts else partial(self._blocking, write)
+            return call().predicate_matched
+
+        return call_with_retries(
+            self._table_id, "CheckAndMutateRow (register)", attempt, self._deadline_s
+        )
+
+
+def _column(into, family: str, qualifier: bytes) -> None:
+    column = into.column_range_filter
+    column.family_name = family
+    column.start_qualifier_closed = qualifier
+    column.end_qualifier_closed = qualifier
+
+
+def any_column_predicate(family: str, qualifiers: Sequence[bytes]):
+    """A ``RowFilterPb`` that matches a row with a cell in any of the (sorted)
+    ``qualifiers`` of ``family``: one exact column, or the range they span
+    chained with the union (interleave) of the exact columns."""
+    predicate = RowFilterPb()
+    if len(qualifiers) == 1:
+        _column(predicate, family, qualifiers[0])
+        return predicate
+    span, union = predicate.chain.filters.add(), predicate.chain.filters.add()
+    column_range = span.column_range_filter
+    column_range.family_name = family
+    column_range.start_qualifier_closed = qualifiers[0]
+    column_range.end_qualifier_closed = qualifiers[-1]
+    for qualifier in qualifiers:
+        _column(union.interleave.filters.add(), family, qualifier)
+    return predicate
+
+
+def set_cell(family: str, qualifier: bytes, value: bytes, timestamp_micros: int):
+    """A ``MutationPb`` setting one cell."""
+    mutation = MutationPb()
+    cell = mutation.set_cell
+    cell.family_name = family
+    cell.column_qualifier = qualifier
+    cell.value = value
+    cell.timestamp_micros = timestamp_micros
+    return mutation

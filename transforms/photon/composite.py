@@ -26,7 +26,7 @@ import apache_beam as beam
 from transforms.photon.event_store import WriteToEventStore
 from transforms.photon.joiner import UNJOINABLE, Joiner, shard_of
 from transforms.photon.params import BigtableTarget, JoinParams, RegistryParams
-from transforms.photon.registration import WASTED, RegisterJoins
+from transforms.photon.registration import WASTED, RegisterJoins, check_token
 from transforms.photon.validation import DEAD_LETTERS, ValidateEvents
 from transforms.records import coders as _coders  # noqa: F401  registers coders
 from transforms.records.dead_letter_pb2 import DeadLetter
@@ -71,6 +71,7 @@ class PhotonJoin(beam.PTransform):
         registry: RegistryParams = RegistryParams(),
     ) -> None:
         super().__init__()
+        check_token(token)
         self._target = target
         self._token = token
         self._join = join

@@ -33,6 +33,7 @@ from transforms.millwheel.bigtable_tables import (
     events_table,
 )
 from transforms.millwheel.productions import deterministic_row_key
+from transforms.photon.bigtable_retry import call_with_retries, table_timeouts
 from transforms.photon.params import BigtableTarget
 from transforms.records.photon_pb2 import QueryEvent
 
@@ -57,7 +58,13 @@ class EventStore:
             target.project, target.instance_id, events_table(target.events_table)
         )
         self._client = BigtableDataClient(project=target.project)
-        self._table = self._client.get_table(target.instance_id, target.events_table)
+        self._table = self._client.get_table(
+            target.instance_id,
+            target.events_table,
+            **table_timeouts(target.deadline_s),
+        )
+        self._table_id = target.events_table
+        self._deadline_s = target.deadline_s
         self._latest = rf.RowFilterChain(
             [
                 rf.FamilyNameRegexFilter(EVENTS_FAMILY),
@@ -85,7 +92,12 @@ class EventStore:
             for query in queries
         ]
         if entries:
-            self._table.bulk_mutate_rows(entries)
+            call_with_retries(
+                self._table_id,
+                "MutateRows (store queries)",
+                lambda: self._table.bulk_mutate_rows(entries),
+                self._deadline_s,
+            )
         return len(entries)
 
     def get(self, query_id: str) -> QueryEvent | None:
@@ -99,8 +111,14 @@ class EventStore:
         if not by_key:
             return {}
         query = ReadRowsQuery(row_keys=list(by_key), row_filter=self._latest)
+        rows = call_with_retries(
+            self._table_id,
+            "ReadRows (look up queries)",
+            lambda: list(self._table.read_rows(query)),
+            self._deadline_s,
+        )
         found = {}
-        for row in self._table.read_rows(query):
+        for row in rows:
             cells = row.get_cells(EVENTS_FAMILY, QUERY_COLUMN)
             if cells:
                 found[by_key[row.row_key]] = QueryEvent.FromString(cells[0].value)

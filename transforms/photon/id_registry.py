@@ -28,8 +28,10 @@ registrations into one transaction:
   same way, for a bounded number of rounds.
 
 A click's token is its pipeline's token, followed by ``#`` and the click's
-occurrence (its ``record_id``) when it has one: a retried bundle replays the
-same occurrence, and a duplicate copy of the click is another.
+occurrence when it has one: the joiner gives one only to a click it may have
+forgotten before (see ``joiner``), so a retry of a click, whichever copy
+carries it, registers alike, and a copy accepted after the joiner forgot an
+earlier one does not.
 
 One id alone (``register``) is the same write with a one-column predicate.
 
@@ -52,8 +54,8 @@ from __future__ import annotations
 import enum
 import hashlib
 import time
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple, TypeVar
 
 from google.cloud.bigtable.data import (
     BigtableDataClient,
@@ -69,14 +71,18 @@ from transforms.millwheel.bigtable_tables import (
     id_registry_table,
 )
 from transforms.millwheel.productions import deterministic_row_key
+from transforms.photon.bigtable_retry import call_with_retries, table_timeouts
 from transforms.photon.bigtable_rpc import (
     ConditionalWrite,
-    MutationPb,
     PipelinedCheckAndMutate,
-    RowFilterPb,
+    any_column_predicate,
     open_channel,
+    set_cell,
 )
-from transforms.photon.params import DAY_MS, BigtableTarget, RegistryLayout
+from transforms.photon.params import BigtableTarget, RegistryLayout
+from transforms.photon.registry_gc import check_gc_horizon
+
+T = TypeVar("T")
 
 _READ_CHUNK = 500
 _MAX_ROUNDS = 10
@@ -109,7 +115,7 @@ class Outcome(enum.Enum):
 class ClickRef(NamedTuple):
     """What the registry needs of a click: its id and its event time, which
     together choose the registry row, and which occurrence of the click this
-    is (its ``record_id``; empty when the log has none)."""
+    is (``JoinedClick.occurrence``; usually empty)."""
 
     click_id: str
     event_time_ms: int
@@ -127,18 +133,6 @@ def row_key(click: ClickRef, layout: RegistryLayout) -> bytes:
     digest = hashlib.blake2b(click.click_id.encode(), digest_size=8).digest()
     bucket = int.from_bytes(digest, "big") % layout.buckets
     return deterministic_row_key(bucket, click.event_time_ms // layout.slice_ms)
-
-
-def older_than_horizon(event_time_ms: int, now_ms: int, gc_days: int) -> str | None:
-    """Why a click at ``event_time_ms`` may not be registered at ``now_ms``,
-    or None if it may."""
-    age_ms = now_ms - event_time_ms
-    if age_ms <= gc_days * DAY_MS:
-        return None
-    return (
-        f"click is {age_ms / DAY_MS:.1f} days old, past the id registry's "
-        f"GC horizon of {gc_days} days"
-    )
 
 
 # Per row: column qualifier (click id) -> positions of that id in the batch.
@@ -167,6 +161,7 @@ class IdRegistry:
             target.instance_id,
             id_registry_table(gc_days, target.registry_table),
         )
+        check_gc_horizon(target, gc_days)
         table_name = (
             f"projects/{target.project}/instances/{target.instance_id}"
             f"/tables/{target.registry_table}"
@@ -175,10 +170,19 @@ class IdRegistry:
         self._columns_per_write = columns_per_write
         self._channel = open_channel()
         self._writes = PipelinedCheckAndMutate(
-            self._channel, table_name, max_in_flight=max_in_flight
+            self._channel,
+            table_name,
+            max_in_flight=max_in_flight,
+            deadline_s=target.deadline_s,
         )
         self._client = BigtableDataClient(project=target.project)
-        self._table = self._client.get_table(target.instance_id, target.registry_table)
+        self._table = self._client.get_table(
+            target.instance_id,
+            target.registry_table,
+            **table_timeouts(target.deadline_s),
+        )
+        self._table_id = target.registry_table
+        self._deadline_s = target.deadline_s
         try:
             self._claim_layout(target.registry_table)
         except LayoutMismatch:
@@ -192,10 +196,16 @@ class IdRegistry:
         record = SetCell(ID_REGISTRY_FAMILY, _LAYOUT_COLUMN, mine, now_micros)
         # Written only if absent: of two pipelines starting together, the
         # first write wins and the other reads it below.
-        self._table.check_and_mutate_row(
-            LAYOUT_ROW, _column(_LAYOUT_COLUMN), false_case_mutations=[record]
+        self._call(
+            "CheckAndMutateRow (layout)",
+            lambda: self._table.check_and_mutate_row(
+                LAYOUT_ROW, _column(_LAYOUT_COLUMN), false_case_mutations=[record]
+            ),
         )
-        row = self._table.read_row(LAYOUT_ROW, row_filter=_latest_cells())
+        row = self._call(
+            "ReadRow (layout)",
+            lambda: self._table.read_row(LAYOUT_ROW, row_filter=_latest_cells()),
+        )
         cells = row.get_cells(ID_REGISTRY_FAMILY, _LAYOUT_COLUMN) if row else []
         recorded = cells[0].value if cells else None
         if recorded is not None and recorded != mine:
@@ -206,7 +216,13 @@ class IdRegistry:
                 "(registry.buckets and registry.slice_minutes in its config), "
                 "or a click could be joined twice"
             )
-        self._table.mutate_row(LAYOUT_ROW, record)  # keeps it ahead of GC
+        # Rewritten to keep it ahead of GC.
+        self._call(
+            "MutateRow (layout)", lambda: self._table.mutate_row(LAYOUT_ROW, record)
+        )
+
+    def _call(self, operation: str, call: Callable[[], T]) -> T:
+        return call_with_retries(self._table_id, operation, call, self._deadline_s)
 
     def close(self) -> None:
         self._client.close()
@@ -266,10 +282,12 @@ class IdRegistry:
         writes = [
             ConditionalWrite(
                 row,
-                _any_column_pb(qualifiers),
+                any_column_predicate(ID_REGISTRY_FAMILY, qualifiers),
                 if_false=[
                     # An id's first listed occurrence is the one written.
-                    _set_cell_pb(q, tokens[pending[row][q][0]], now_micros)
+                    set_cell(
+                        ID_REGISTRY_FAMILY, q, tokens[pending[row][q][0]], now_micros
+                    )
                     for q in qualifiers
                 ],
             )
@@ -310,7 +328,11 @@ class IdRegistry:
             query = ReadRowsQuery(
                 row_keys=rows[start : start + _READ_CHUNK], row_filter=_latest_cells()
             )
-            for row in self._table.read_rows(query):
+            rows = self._call(
+                "ReadRows (holders)",
+                lambda query=query: list(self._table.read_rows(query)),
+            )
+            for row in rows:
                 wanted = groups[row.row_key]
                 for cell in row.get_cells(ID_REGISTRY_FAMILY):
                     if cell.qualifier in wanted:
@@ -326,28 +348,39 @@ class IdRegistry:
             for (_, qualifier), holder in self._holders(groups).items()
         }
 
-    def release(self, click: ClickRef, token: str) -> bool:
-        """Delete ``click``'s registration iff ``token`` (as ``owners``
-        reports it) holds it.
+    def take_over(self, click: ClickRef, holder: str, token: str) -> bool:
+        """Make ``token`` hold ``click``'s registration iff ``holder`` (as
+        ``owners`` reports it) holds it now; True if ``token`` holds it after.
 
-        Used by verification to hand a click that was registered but never
-        output back to the join; conditional, so a registration taken over
-        by someone else in the meantime is left alone. The row's other clicks
-        are untouched.
+        Used by verification to re-join a click that was registered but never
+        output: the registration moves in one conditional write, so there is
+        no moment when the click is free (another pipeline could win it, and
+        a crash would leave it neither registered nor output), and the old
+        holder, if it is ever run again, finds the click taken. The row's
+        other clicks are untouched.
         """
         qualifier = click.click_id.encode()
-        held_by_token = rf.RowFilterChain(
+        held = rf.RowFilterChain(
             [
                 _column(qualifier),
                 rf.CellsColumnLimitFilter(1),
-                rf.LiteralValueFilter(token.encode()),
+                rf.LiteralValueFilter(holder.encode()),
             ]
         )
-        return self._table.check_and_mutate_row(
-            row_key(click, self._layout),
-            held_by_token,
-            true_case_mutations=[DeleteRangeFromColumn(ID_REGISTRY_FAMILY, qualifier)],
+        now_micros = time.time_ns() // 1_000_000 * 1000
+        moved = self._call(
+            "CheckAndMutateRow (take over)",
+            lambda: self._table.check_and_mutate_row(
+                row_key(click, self._layout),
+                held,
+                true_case_mutations=[
+                    DeleteRangeFromColumn(ID_REGISTRY_FAMILY, qualifier),
+                    SetCell(ID_REGISTRY_FAMILY, qualifier, token.encode(), now_micros),
+                ],
+            ),
         )
+        # A resent write that had been applied finds the click moved already.
+        return moved or self.owners([click]).get(click.click_id) == token
 
 
 def _layout_value(layout: RegistryLayout) -> bytes:
@@ -379,38 +412,3 @@ def _latest_cells() -> rf.RowFilter:
     return rf.RowFilterChain(
         [rf.ColumnRangeFilter(ID_REGISTRY_FAMILY), rf.CellsColumnLimitFilter(1)]
     )
-
-
-def _column_pb(into, qualifier: bytes) -> None:
-    column = into.column_range_filter
-    column.family_name = ID_REGISTRY_FAMILY
-    column.start_qualifier_closed = qualifier
-    column.end_qualifier_closed = qualifier
-
-
-def _any_column_pb(qualifiers: Sequence[bytes]):
-    """A predicate that matches a row with a cell in any of the (sorted)
-    ``qualifiers``: one exact column, or the range they span chained with
-    the union (interleave) of the exact columns."""
-    predicate = RowFilterPb()
-    if len(qualifiers) == 1:
-        _column_pb(predicate, qualifiers[0])
-        return predicate
-    span, union = predicate.chain.filters.add(), predicate.chain.filters.add()
-    column_range = span.column_range_filter
-    column_range.family_name = ID_REGISTRY_FAMILY
-    column_range.start_qualifier_closed = qualifiers[0]
-    column_range.end_qualifier_closed = qualifiers[-1]
-    for qualifier in qualifiers:
-        _column_pb(union.interleave.filters.add(), qualifier)
-    return predicate
-
-
-def _set_cell_pb(qualifier: bytes, token: bytes, timestamp_micros: int):
-    mutation = MutationPb()
-    cell = mutation.set_cell
-    cell.family_name = ID_REGISTRY_FAMILY
-    cell.column_qualifier = qualifier
-    cell.value = token
-    cell.timestamp_micros = timestamp_micros
-    return mutation

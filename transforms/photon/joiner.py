@@ -13,7 +13,9 @@ and each key touched in a bundle is read once and written twice at commit; a
 key per query id therefore cost about 7 ms per query. With shards, a bundle
 pays that per shard it touches.
 
-State, per shard, one value of plain types: ``(entries, deadlines, gcs)``.
+State, per shard, one value of plain types: ``(entries, deadlines, gcs,
+forgotten_through)``; it lives as long as the job (a shard's entries come and
+go with their TTL).
 
 - ``entries``: query id -> a serialized ``JoinerState``: the query once it
   has arrived or been fetched from the event store (the first copy wins;
@@ -21,6 +23,8 @@ State, per shard, one value of plain types: ``(entries, deadlines, gcs)``.
   their query, ``seen_click_ids`` (a duplicated click, the same id again, is
   dropped and counted) and ``gc_at``.
 - ``deadlines``, ``gcs``: timer slot -> the query ids due in that slot.
+- ``forgotten_through``: the latest GC slot that has fired (0 before any):
+  entries whose GC time was at most this may have been removed.
 
 Timers, on the watermark, in dynamic families tagged by slot: times are
 rounded up to a multiple of ``JoinParams.timer_slot_ms``, so a shard has one
@@ -42,9 +46,20 @@ clicks carry ``joined_at = max(click time, query time)``, so outputs are
 deterministic. Late data needs no special case: a late click joins at once
 if its query is cached, and otherwise its deadline slot (already behind the
 watermark) fires at the next watermark advance and consults the event store.
-A duplicate arriving after its entry was removed is not recognised here; the
-id registry stops it (``REPEATED``) when its ``record_id`` differs from the
-registered copy's, and as a wasted join when another pipeline holds it.
+A duplicate arriving after its entry was removed is not recognised here, so
+each candidate says which acceptance of its click it is (its
+``occurrence``), for the id registry to tell a retry from a repeat:
+
+- a click accepted while ``forgotten_through < click_time + query_ttl`` has
+  never been accepted before in this state's history: an entry holding it
+  would be GC'd at ``click_time + query_ttl`` or later, which has not fired.
+  Its occurrence is unset, so every attempt and every copy of the click
+  (a retried bundle, a restarted run that meets another copy first)
+  registers it alike and is ``ALREADY_MINE``, idempotently;
+- a click accepted later may repeat one the joiner forgot: its occurrence is
+  ``gc<forgotten_through>``. A retry of the same bundle, from the same state,
+  gives the same; a copy accepted after a later GC gives another, and the
+  registry stops it as ``REPEATED``.
 """
 
 from __future__ import annotations
@@ -76,11 +91,16 @@ from transforms.records.photon_pb2 import (
 
 UNJOINABLE = "unjoinable"
 
-# (entries, deadlines, gcs); see the module docstring.
-ShardState = tuple[dict[str, bytes], dict[int, list[str]], dict[int, list[str]]]
+# (entries, deadlines, gcs, forgotten_through); see the module docstring.
+ShardState = tuple[dict[str, bytes], dict[int, list[str]], dict[int, list[str]], int]
 _SLOTS = coders.MapCoder(coders.VarIntCoder(), coders.ListCoder(coders.StrUtf8Coder()))
 SHARD_STATE_CODER = coders.TupleCoder(
-    [coders.MapCoder(coders.StrUtf8Coder(), coders.BytesCoder()), _SLOTS, _SLOTS]
+    [
+        coders.MapCoder(coders.StrUtf8Coder(), coders.BytesCoder()),
+        _SLOTS,
+        _SLOTS,
+        coders.VarIntCoder(),
+    ]
 )
 
 
@@ -90,11 +110,18 @@ def shard_of(query_id: str, shards: int) -> int:
     return int.from_bytes(digest, "big") % shards
 
 
-def joined(click: ClickEvent, query: QueryEvent) -> JoinedClick:
+def _empty() -> ShardState:
+    return ({}, {}, {}, 0)
+
+
+def joined(click: ClickEvent, query: QueryEvent, occurrence: str = "") -> JoinedClick:
     """The join of ``click`` and ``query``, stamped with when it became possible."""
-    return JoinedClick(
+    candidate = JoinedClick(
         click=click, query=query, joined_at=max(click.event_time, query.event_time)
     )
+    if occurrence:
+        candidate.occurrence = occurrence
+    return candidate
 
 
 class Joiner(beam.DoFn):
@@ -131,7 +158,7 @@ class Joiner(beam.DoFn):
         gc=beam.DoFn.TimerParam(GC),
     ) -> Iterator[JoinedClick]:
         _, event = element
-        state: ShardState = stored.read() or ({}, {}, {})
+        state: ShardState = stored.read() or _empty()
         if event.WhichOneof("event") == "query":
             query_id = event.query.query_id
             entry = _entry(state, query_id)
@@ -161,10 +188,14 @@ class Joiner(beam.DoFn):
             self._duplicate_clicks.inc()
             return []
         entry.seen_click_ids.append(click.click_id)
+        forgotten_through = state[3]
+        if forgotten_through >= click.event_time + self._params.query_ttl_ms:
+            entry.occurrences[click.click_id] = f"gc{forgotten_through}"
         self._extend_gc(click.query_id, click.event_time, entry, state, gc)
         if entry.HasField("query"):
             self._joined_from_state.inc()
-            return [joined(click, entry.query)]
+            occurrence = entry.occurrences.get(click.click_id, "")
+            return [joined(click, entry.query, occurrence)]
         entry.pending.append(click)
         due = click.event_time + self._params.max_wait_ms
         self._schedule(state[1], due, click.query_id, deadline)
@@ -178,7 +209,7 @@ class Joiner(beam.DoFn):
         stored=beam.DoFn.StateParam(STATE),
         gc=beam.DoFn.TimerParam(GC),
     ) -> Iterator[JoinedClick | beam.pvalue.TaggedOutput]:
-        state: ShardState = stored.read() or ({}, {}, {})
+        state: ShardState = stored.read() or _empty()
         now_ms = to_millis(fired_at)
         query_ids = dict.fromkeys(state[1].pop(int(slot), ()))
         entries = {q: _entry(state, q) for q in query_ids if q in state[0]}
@@ -198,7 +229,7 @@ class Joiner(beam.DoFn):
         slot=beam.DoFn.DynamicTimerTagParam,
         stored=beam.DoFn.StateParam(STATE),
     ) -> Iterator[JoinedClick | beam.pvalue.TaggedOutput]:
-        state: ShardState = stored.read() or ({}, {}, {})
+        state: ShardState = stored.read() or _empty()
         now_ms = to_millis(fired_at)
         query_ids = dict.fromkeys(state[2].pop(int(slot), ()))
         # An entry whose GC time moved on is listed in a later slot too.
@@ -213,6 +244,8 @@ class Joiner(beam.DoFn):
         outputs = self._resolve(expired, now_ms)
         for query_id in expired:
             del state[0][query_id]
+        if expired:
+            state = (*state[:3], max(state[3], int(slot)))
         _store(stored, state)
         return outputs
 
@@ -249,7 +282,10 @@ class Joiner(beam.DoFn):
         return outputs
 
     def _join_pending(self, entry: JoinerState, counter) -> list[JoinedClick]:
-        outputs = [joined(click, entry.query) for click in entry.pending]
+        outputs = [
+            joined(click, entry.query, entry.occurrences.get(click.click_id, ""))
+            for click in entry.pending
+        ]
         counter.inc(len(outputs))
         del entry.pending[:]
         return outputs
@@ -291,6 +327,7 @@ def _entry(state: ShardState, query_id: str) -> JoinerState:
 
 
 def _store(stored, state: ShardState) -> None:
+    # A shard that has forgotten entries keeps saying so, even when empty.
     if any(state):
         stored.write(state)
     else:

@@ -17,13 +17,20 @@ class BigtableTarget:
 
     Clients are created from it in each worker's ``DoFn.setup``; the target
     itself is what gets pickled. ``BIGTABLE_EMULATOR_HOST`` in the worker's
-    environment redirects every client to an emulator.
+    environment redirects every client to an emulator. ``deadline_s`` bounds
+    each call, retries included (``bigtable_retry``): past it the job fails
+    with an error naming the table and the operation.
     """
 
     project: str
     instance_id: str
     registry_table: str = "id_registry"
     events_table: str = "events"
+    deadline_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.deadline_s <= 0:
+            raise ValueError(f"deadline_s must be positive, got {self.deadline_s}")
 
 
 @dataclass(frozen=True)

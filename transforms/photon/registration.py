@@ -15,15 +15,18 @@ For each candidate ``JoinedClick``:
   registered (the registry may have forgotten an earlier join of it);
 - registered now, or already under this occurrence's token (a retried
   bundle): output as ``joined``;
-- registered for another occurrence of the click by this pipeline (a
-  duplicate that came after the joiner forgot the click id): dropped, and
-  counted with the joiner's ``duplicate_clicks``;
+- registered for another occurrence of the click by this pipeline (a copy
+  that came after the joiner forgot the click id): dropped, and counted with
+  the joiner's ``duplicate_clicks``;
 - registered by another pipeline: output as ``wasted``, and counted.
 
 Outputs keep the candidate's timestamp and window. The token is the
 pipeline's identity: every copy of the pipeline must use its own, and a
 restarted pipeline that replays its input must reuse its old one. Each click
-is registered under the token and its ``record_id`` (``occurrence_token``).
+is registered under the token and the candidate's ``occurrence``
+(``occurrence_token``), which the joiner sets only for a click it may have
+forgotten: any copy of a click, in any attempt, is registered alike until
+then (see ``joiner``).
 """
 
 from __future__ import annotations
@@ -37,14 +40,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.photon.event_store import METRICS_NAMESPACE
-from transforms.photon.id_registry import (
-    ClickRef,
-    IdRegistry,
-    Outcome,
-    older_than_horizon,
-)
+from transforms.photon.id_registry import ClickRef, IdRegistry, Outcome
 from transforms.photon.joiner import UNJOINABLE
 from transforms.photon.params import BigtableTarget, RegistryParams
+from transforms.photon.registry_gc import older_than_horizon
 from transforms.records.photon_pb2 import JoinedClick, UnjoinableClick
 
 WASTED = "wasted"
@@ -61,17 +60,22 @@ def lost_after_register(click_id: str, fraction: float) -> bool:
     return int.from_bytes(digest, "big") < fraction * 2**64
 
 
+def check_token(token: str) -> None:
+    """Raises ValueError unless ``token`` can name a pipeline in the registry."""
+    if not token or "#" in token:
+        raise ValueError(
+            f"the registration token must be non-empty and without '#' "
+            f"(it separates the click's occurrence), got {token!r}"
+        )
+
+
 class RegisterJoins(beam.DoFn):
     """Lets a join candidate out only once its click id is registered."""
 
     def __init__(
         self, target: BigtableTarget, token: str, params: RegistryParams
     ) -> None:
-        if not token or "#" in token:
-            raise ValueError(
-                f"the registration token must be non-empty and without '#' "
-                f"(it separates the click's occurrence), got {token!r}"
-            )
+        check_token(token)
         self._target = target
         self._token = token
         self._params = params
@@ -134,8 +138,8 @@ class RegisterJoins(beam.DoFn):
             return
         self._batches.update(len(batch))
         clicks = [
-            ClickRef(c.click_id, c.event_time, c.record_id)
-            for c in (candidate.value.click for candidate in batch)
+            ClickRef(j.click.click_id, j.click.event_time, j.occurrence)
+            for j in (candidate.value for candidate in batch)
         ]
         outcomes = self._registry.register_many(clicks, self._token)
         for candidate, outcome in zip(batch, outcomes, strict=True):

@@ -1,9 +1,13 @@
-"""Guarding the join's inputs: events it cannot key or time go to dead letters.
+"""Guarding the join's inputs: events it cannot key, time or store go to dead
+letters.
 
-Events read by ``transforms.records`` are valid already; this guards the
-in-memory path (events built by another job or a test), where a missing id
-or event time would otherwise be joined under an empty key or never time
-out. Stateless and not keyed.
+Events read by ``transforms.records`` have their fields already; this guards
+the in-memory path (events built by another job or a test), where a missing
+id or event time would otherwise be joined under an empty key or never time
+out. It also refuses ids Bigtable cannot hold, before anything is written:
+a query id becomes an event-store row key (at most 4 KiB) and a click id a
+registry column qualifier (at most 16 KiB); one over the limit would fail
+the bundle that writes it, and so the job. Stateless and not keyed.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from collections.abc import Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from transforms.photon import event_store
 from transforms.photon.event_store import METRICS_NAMESPACE
 from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.photon_pb2 import ClickEvent, QueryEvent
@@ -24,6 +29,9 @@ _REQUIRED = {
     "QueryEvent": ("query_id", "event_time"),
     "ClickEvent": ("click_id", "query_id", "event_time"),
 }
+# Bigtable's limits on a row key and on a column qualifier, in bytes.
+MAX_ROW_KEY_BYTES = 4 * 1024
+MAX_QUALIFIER_BYTES = 16 * 1024
 
 
 def problem(event: QueryEvent | ClickEvent) -> str | None:
@@ -32,6 +40,24 @@ def problem(event: QueryEvent | ClickEvent) -> str | None:
         value = getattr(event, name)
         if not event.HasField(name) or (isinstance(value, str) and not value.strip()):
             return f"missing field {name!r}"
+    return _too_long(event)
+
+
+def _too_long(event: QueryEvent | ClickEvent) -> str | None:
+    """Why an id of ``event`` does not fit in Bigtable, or None."""
+    key = len(event_store.row_key(event.query_id))
+    if key > MAX_ROW_KEY_BYTES:
+        return (
+            f"field 'query_id' makes an event-store row key of {key:,} bytes, "
+            f"over Bigtable's limit of {MAX_ROW_KEY_BYTES:,}"
+        )
+    if isinstance(event, ClickEvent):
+        qualifier = len(event.click_id.encode())
+        if qualifier > MAX_QUALIFIER_BYTES:
+            return (
+                f"field 'click_id' is {qualifier:,} bytes, over Bigtable's "
+                f"column qualifier limit of {MAX_QUALIFIER_BYTES:,}"
+            )
     return None
 
 

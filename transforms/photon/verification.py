@@ -1,15 +1,25 @@
-"""Verification: find clicks the registry holds but no output has, and free them.
+"""Verification: find clicks the registry holds but no output has, and re-join them.
 
 A pipeline that dies between committing a click's registration and writing
 the joined click leaves the click registered (so every other attempt is
 refused as a duplicate) yet absent from every output: lost. Photon's
-verification compares the click log, the joined output and the registry,
-releases the registrations of such clicks, and joins them again.
+verification compares the click log, the joined outputs and the registry,
+and joins such clicks again.
 
-This module does the comparison and the release; re-joining is the
-``PhotonJoin`` of the released clicks under a fresh token, wired by
-``pipelines.photon_verify``. Run it on finished outputs only: a click that a
-running pipeline has registered but not yet written looks lost too.
+This module does the comparison and moves the lost clicks' registrations to
+the verifier (``take_over_lost``); re-joining is the ``PhotonJoin`` of those
+clicks under the verifier's token, wired by ``pipelines.photon_verify``.
+
+Crash safety and idempotency come from the verifier's token, which names
+the directory it writes to (``verifier_token``): a lost click is never
+unregistered, only handed from its holder to the verifier in one
+conditional write, so a verifier killed at any point leaves each click
+either with its old holder or with the verifier, and a later run finds it
+again (registered, not in any output) and finishes the job. A click held by
+a verifier whose directory has it joined is not lost, so a second run,
+whatever its own directory, joins nothing twice. Run it on finished outputs
+only: a click that a running pipeline has registered but not yet written
+looks lost too.
 """
 
 from __future__ import annotations
@@ -18,6 +28,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from transforms.photon.id_registry import ClickRef, IdRegistry
+
+# Between a verifier's name and the directory it writes its joins to.
+_INTO = "|verified-into:"
+
+
+def verifier_token(name: str, output: str) -> str:
+    """The registry token of a verifier called ``name`` writing to ``output``."""
+    return f"{name}{_INTO}{output}"
+
+
+def verified_into(token: str) -> str | None:
+    """The output directory named by a verifier's token; None for others."""
+    _, sep, output = token.partition(_INTO)
+    return output if sep else None
 
 
 @dataclass
@@ -29,7 +53,7 @@ class Findings:
     registered: int = 0
     # click -> token that holds it, for clicks registered but not output.
     lost: dict[ClickRef, str] = field(default_factory=dict)
-    released: list[str] = field(default_factory=list)
+    taken_over: list[str] = field(default_factory=list)
 
 
 def find_lost(
@@ -55,15 +79,15 @@ def find_lost(
     )
 
 
-def release_lost(findings: Findings, registry: IdRegistry) -> list[str]:
-    """Release each lost click's registration if its token still holds it.
+def take_over_lost(findings: Findings, registry: IdRegistry, token: str) -> list[str]:
+    """Move each lost click's registration from its holder to ``token``.
 
-    Returns (and records in ``findings.released``) the released ids; a click
-    re-registered by someone else meanwhile is left alone.
+    Returns (and records in ``findings.taken_over``) the ids ``token`` holds
+    afterwards; a click that someone else took meanwhile is left alone.
     """
-    findings.released = [
+    findings.taken_over = [
         click.click_id
-        for click, token in findings.lost.items()
-        if registry.release(click, token)
+        for click, holder in findings.lost.items()
+        if registry.take_over(click, holder, token)
     ]
-    return findings.released
+    return findings.taken_over

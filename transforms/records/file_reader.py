@@ -13,6 +13,7 @@ from typing import Any, BinaryIO
 
 import pyarrow.parquet as pq
 
+from transforms.records import parquet_rows
 from transforms.records.dead_letters import (
     CSV_COLUMNS,
     CSV_HEADER,
@@ -140,9 +141,11 @@ class FileReader:
         parser = self.parser
         groups = None if row_group is None else [row_group]
         for batch in pq.ParquetFile(fh).iter_batches(row_groups=groups):
-            for row in batch.to_pylist():
+            for row, unconvertible in parquet_rows.rows(batch):
                 self.done += 1
                 try:
+                    if unconvertible is not None:
+                        raise unconvertible
                     yield parse_row(parser, row)
                     self.records_read += 1
                 except Rejected as rejected:

@@ -24,25 +24,29 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ftransforms/records/photon.proto\x12\x10millwheel.photon\"\x7f\n\nQueryEvent\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x12\n\nevent_time\x18\x02 \x01(\x03\x12\x12\n\nquery_text\x18\x03 \x01(\t\x12\x15\n\radvertiser_id\x18\x04 \x01(\t\x12\r\n\x05\x61\x64_id\x18\x05 \x01(\t\x12\x11\n\trecord_id\x18\x06 \x01(\t\"f\n\nClickEvent\x12\x10\n\x08\x63lick_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x12\n\nevent_time\x18\x03 \x01(\x03\x12\r\n\x05\x61\x64_id\x18\x04 \x01(\t\x12\x11\n\trecord_id\x18\x05 \x01(\t\"z\n\x0bJoinedClick\x12+\n\x05\x63lick\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.ClickEvent\x12+\n\x05query\x18\x02 \x01(\x0b\x32\x1c.millwheel.photon.QueryEvent\x12\x11\n\tjoined_at\x18\x03 \x01(\x03\"\xda\x01\n\x0fUnjoinableClick\x12+\n\x05\x63lick\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.ClickEvent\x12\x38\n\x06reason\x18\x02 \x01(\x0e\x32(.millwheel.photon.UnjoinableClick.Reason\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"P\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x13\n\x0fQUERY_NOT_FOUND\x10\x01\x12\x19\n\x15OLDER_THAN_GC_HORIZON\x10\x02\"t\n\x0bJoinerEvent\x12-\n\x05query\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.QueryEventH\x00\x12-\n\x05\x63lick\x18\x02 \x01(\x0b\x32\x1c.millwheel.photon.ClickEventH\x00\x42\x07\n\x05\x65vent\"\x90\x01\n\x0bJoinerState\x12+\n\x05query\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.QueryEvent\x12-\n\x07pending\x18\x02 \x03(\x0b\x32\x1c.millwheel.photon.ClickEvent\x12\x16\n\x0eseen_click_ids\x18\x03 \x03(\t\x12\r\n\x05gc_at\x18\x04 \x01(\x03')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ftransforms/records/photon.proto\x12\x10millwheel.photon\"\x7f\n\nQueryEvent\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x12\n\nevent_time\x18\x02 \x01(\x03\x12\x12\n\nquery_text\x18\x03 \x01(\t\x12\x15\n\radvertiser_id\x18\x04 \x01(\t\x12\r\n\x05\x61\x64_id\x18\x05 \x01(\t\x12\x11\n\trecord_id\x18\x06 \x01(\t\"f\n\nClickEvent\x12\x10\n\x08\x63lick_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x12\n\nevent_time\x18\x03 \x01(\x03\x12\r\n\x05\x61\x64_id\x18\x04 \x01(\t\x12\x11\n\trecord_id\x18\x05 \x01(\t\"\x8e\x01\n\x0bJoinedClick\x12+\n\x05\x63lick\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.ClickEvent\x12+\n\x05query\x18\x02 \x01(\x0b\x32\x1c.millwheel.photon.QueryEvent\x12\x11\n\tjoined_at\x18\x03 \x01(\x03\x12\x12\n\noccurrence\x18\x04 \x01(\t\"\xda\x01\n\x0fUnjoinableClick\x12+\n\x05\x63lick\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.ClickEvent\x12\x38\n\x06reason\x18\x02 \x01(\x0e\x32(.millwheel.photon.UnjoinableClick.Reason\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"P\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x13\n\x0fQUERY_NOT_FOUND\x10\x01\x12\x19\n\x15OLDER_THAN_GC_HORIZON\x10\x02\"t\n\x0bJoinerEvent\x12-\n\x05query\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.QueryEventH\x00\x12-\n\x05\x63lick\x18\x02 \x01(\x0b\x32\x1c.millwheel.photon.ClickEventH\x00\x42\x07\n\x05\x65vent\"\x89\x02\n\x0bJoinerState\x12+\n\x05query\x18\x01 \x01(\x0b\x32\x1c.millwheel.photon.QueryEvent\x12-\n\x07pending\x18\x02 \x03(\x0b\x32\x1c.millwheel.photon.ClickEvent\x12\x16\n\x0eseen_click_ids\x18\x03 \x03(\t\x12\r\n\x05gc_at\x18\x04 \x01(\x03\x12\x43\n\x0boccurrences\x18\x05 \x03(\x0b\x32..millwheel.photon.JoinerState.OccurrencesEntry\x1a\x32\n\x10OccurrencesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'transforms.records.photon_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_JOINERSTATE_OCCURRENCESENTRY']._loaded_options = None
+  _globals['_JOINERSTATE_OCCURRENCESENTRY']._serialized_options = b'8\001'
   _globals['_QUERYEVENT']._serialized_start=53
   _globals['_QUERYEVENT']._serialized_end=180
   _globals['_CLICKEVENT']._serialized_start=182
   _globals['_CLICKEVENT']._serialized_end=284
-  _globals['_JOINEDCLICK']._serialized_start=286
-  _globals['_JOINEDCLICK']._serialized_end=408
-  _globals['_UNJOINABLECLICK']._serialized_start=411
-  _globals['_UNJOINABLECLICK']._serialized_end=629
-  _globals['_UNJOINABLECLICK_REASON']._serialized_start=549
-  _globals['_UNJOINABLECLICK_REASON']._serialized_end=629
-  _globals['_JOINEREVENT']._serialized_start=631
-  _globals['_JOINEREVENT']._serialized_end=747
-  _globals['_JOINERSTATE']._serialized_start=750
-  _globals['_JOINERSTATE']._serialized_end=894
+  _globals['_JOINEDCLICK']._serialized_start=287
+  _globals['_JOINEDCLICK']._serialized_end=429
+  _globals['_UNJOINABLECLICK']._serialized_start=432
+  _globals['_UNJOINABLECLICK']._serialized_end=650
+  _globals['_UNJOINABLECLICK_REASON']._serialized_start=570
+  _globals['_UNJOINABLECLICK_REASON']._serialized_end=650
+  _globals['_JOINEREVENT']._serialized_start=652
+  _globals['_JOINEREVENT']._serialized_end=768
+  _globals['_JOINERSTATE']._serialized_start=771
+  _globals['_JOINERSTATE']._serialized_end=1036
+  _globals['_JOINERSTATE_OCCURRENCESENTRY']._serialized_start=986
+  _globals['_JOINERSTATE_OCCURRENCESENTRY']._serialized_end=1036
 # @@protoc_insertion_point(module_scope)

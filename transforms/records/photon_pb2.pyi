@@ -38,14 +38,16 @@ class ClickEvent(_message.Message):
     def __init__(self, click_id: _Optional[str] = ..., query_id: _Optional[str] = ..., event_time: _Optional[int] = ..., ad_id: _Optional[str] = ..., record_id: _Optional[str] = ...) -> None: ...
 
 class JoinedClick(_message.Message):
-    __slots__ = ("click", "query", "joined_at")
+    __slots__ = ("click", "query", "joined_at", "occurrence")
     CLICK_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     JOINED_AT_FIELD_NUMBER: _ClassVar[int]
+    OCCURRENCE_FIELD_NUMBER: _ClassVar[int]
     click: ClickEvent
     query: QueryEvent
     joined_at: int
-    def __init__(self, click: _Optional[_Union[ClickEvent, _Mapping]] = ..., query: _Optional[_Union[QueryEvent, _Mapping]] = ..., joined_at: _Optional[int] = ...) -> None: ...
+    occurrence: str
+    def __init__(self, click: _Optional[_Union[ClickEvent, _Mapping]] = ..., query: _Optional[_Union[QueryEvent, _Mapping]] = ..., joined_at: _Optional[int] = ..., occurrence: _Optional[str] = ...) -> None: ...
 
 class UnjoinableClick(_message.Message):
     __slots__ = ("click", "reason", "detail")
@@ -74,13 +76,22 @@ class JoinerEvent(_message.Message):
     def __init__(self, query: _Optional[_Union[QueryEvent, _Mapping]] = ..., click: _Optional[_Union[ClickEvent, _Mapping]] = ...) -> None: ...
 
 class JoinerState(_message.Message):
-    __slots__ = ("query", "pending", "seen_click_ids", "gc_at")
+    __slots__ = ("query", "pending", "seen_click_ids", "gc_at", "occurrences")
+    class OccurrencesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     QUERY_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
     SEEN_CLICK_IDS_FIELD_NUMBER: _ClassVar[int]
     GC_AT_FIELD_NUMBER: _ClassVar[int]
+    OCCURRENCES_FIELD_NUMBER: _ClassVar[int]
     query: QueryEvent
     pending: _containers.RepeatedCompositeFieldContainer[ClickEvent]
     seen_click_ids: _containers.RepeatedScalarFieldContainer[str]
     gc_at: int
-    def __init__(self, query: _Optional[_Union[QueryEvent, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[ClickEvent, _Mapping]]] = ..., seen_click_ids: _Optional[_Iterable[str]] = ..., gc_at: _Optional[int] = ...) -> None: ...
+    occurrences: _containers.ScalarMap[str, str]
+    def __init__(self, query: _Optional[_Union[QueryEvent, _Mapping]] = ..., pending: _Optional[_Iterable[_Union[ClickEvent, _Mapping]]] = ..., seen_click_ids: _Optional[_Iterable[str]] = ..., gc_at: _Optional[int] = ..., occurrences: _Optional[_Mapping[str, str]] = ...) -> None: ...

@@ -40,6 +40,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from transforms.records.compressed import open_checked
 from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.dead_letters import (
     CATEGORIES,
@@ -129,11 +130,14 @@ class _ReadFileFn(beam.DoFn):
             readable_file.metadata.path,
         )
         try:
-            with readable_file.open(mime_type="application/octet-stream") as fh:
+            with open_checked(readable_file.metadata.path) as fh:
                 yield from reader.read(self._format, fh)
         except _READ_ERRORS as e:
             # The rest of the file is lost; say where reading stopped.
-            rejected = Rejected(UNREADABLE_FILE, f"unreadable file: {e}")
+            rejected = Rejected(
+                UNREADABLE_FILE,
+                f"unreadable file after line {reader.done}: {e}",
+            )
             yield reader.dead(rejected, b"", reader.done + 1)
         counter("records_read").inc(reader.records_read)
         counter("blank_lines").inc(reader.blank_lines)

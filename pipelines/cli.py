@@ -1,0 +1,151 @@
+"""Strict command lines for the pipelines: every mistake is one line, exit 2.
+
+A pipeline command takes its own flags and Beam's (`--runner`,
+`--direct_num_workers`, the Spark runner's `--spark_*`, ...). argparse would
+hand anything it does not know to Beam, and Beam only warns about flags it
+does not know either, so a misspelled `--windw_seconds 60` used to run with
+the default. Here a flag neither side knows is an error that names the
+closest known flag, an input glob that matches no file is an error, and
+each of these, like a bad config value, ends the command with one line on
+stderr and exit status 2, never a traceback. A job that fails on purpose
+(Bigtable unavailable past its deadline, a table gone) ends with one line
+and status 1 (`main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn
+
+from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import console
+from pipelines.config import ConfigError
+from pipelines.runner_choice import choose_runner
+
+USAGE_ERROR_STATUS = 2
+JOB_FAILED_STATUS = 1
+
+
+class UsageError(ValueError):
+    """A mistake on the command line; its message is one line for the user."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An `ArgumentParser` for a pipeline command: it raises `UsageError`
+    instead of printing usage, takes no abbreviated flags (`--window` is not
+    `--window_seconds`), and `parse_known_args` leaves over only flags that
+    Beam knows, with the options of the runner `--runner` chooses."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(allow_abbrev=False, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace=None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """The command's flags and Beam's; `UsageError` for any other flag
+        or a stray positional argument."""
+        parsed, rest = super().parse_known_args(args, namespace)
+        choose_runner(rest)  # imports the chosen runner, registering its options
+        beam_parser = _beam_parser()
+        _, unknown = beam_parser.parse_known_args(rest)
+        if unknown:
+            raise UsageError(_unknown_message(unknown[0], self, beam_parser))
+        return parsed, rest
+
+
+def _beam_parser() -> argparse.ArgumentParser:
+    """The parser Beam builds from every registered `PipelineOptions` class
+    (a runner's own options register when its module is imported)."""
+    captured: list[argparse.ArgumentParser] = []
+    PipelineOptions([]).get_all_options(add_extra_args_fn=captured.append)
+    return captured[0]
+
+
+def _unknown_message(
+    arg: str, parser: argparse.ArgumentParser, beam_parser: argparse.ArgumentParser
+) -> str:
+    if not arg.startswith("-"):
+        return f"unexpected argument {arg!r}"
+    name = arg.split("=", 1)[0]
+    known = [
+        option
+        for p in (parser, beam_parser)
+        for option in p._option_string_actions  # every flag the parser takes
+        if option.startswith("--")
+    ]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown flag {name}{hint}"
+
+
+def require_matches(flag: str, patterns: Sequence[str]) -> None:
+    """Raises `UsageError` if a file pattern given as `flag` matches no file."""
+    for pattern in patterns:
+        try:
+            found = FileSystems.match([pattern])[0].metadata_list
+        except BeamIOError as error:
+            raise UsageError(f"{flag} {pattern!r}: {error}") from None
+        if not found:
+            raise UsageError(f"{flag} {pattern!r} matches no file")
+
+
+@contextlib.contextmanager
+def usage_errors() -> Iterator[None]:
+    """Turns a `ValueError` raised while a command sets its job up from the
+    flags and config (a parameter's own rule, a file name without a known
+    format) into a `UsageError`."""
+    try:
+        yield
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+# Errors a job fails with on purpose, with a message meant for the user.
+_JOB_ERRORS = (
+    "BigtableUnavailable",
+    "TableGone",
+    "GcHorizonTooShort",
+    "LayoutMismatch",
+)
+_JOB_ERROR_LINE = re.compile(rf"\b({'|'.join(_JOB_ERRORS)}): (.+)")
+
+
+def main(run: Callable[[], int], prog: str) -> NoReturn:
+    """Runs a pipeline command and exits with its status.
+
+    A `UsageError` or `ConfigError` is one line on stderr and status 2. A
+    job that fails with one of the errors it raises on purpose (Bigtable
+    unavailable past its deadline, a table gone, a registry that does not
+    fit the config) is one line too, the error's own, and status 1; which
+    runner wrapped it does not matter. Anything else is a bug: traceback.
+    """
+    console.configure_logging()
+    try:
+        status = run()
+    except (UsageError, ConfigError) as error:
+        _print_error(prog, str(error))
+        status = USAGE_ERROR_STATUS
+    except Exception as error:
+        # Runners re-raise a worker's error wrapped, its text inside theirs.
+        found = _JOB_ERROR_LINE.findall(str(error))
+        if type(error).__name__ not in _JOB_ERRORS and not found:
+            raise
+        message = str(error) if not found else found[-1][1]
+        _print_error(prog, f"job failed: {message}")
+        status = JOB_FAILED_STATUS
+    sys.exit(status)
+
+
+def _print_error(prog: str, message: str) -> None:
+    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)

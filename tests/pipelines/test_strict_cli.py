@@ -1,0 +1,154 @@
+"""The pipeline commands refuse mistakes: one line on stderr, exit status 2.
+
+Run as a user runs them, in subprocesses; every case here used to run (with
+a default, an empty input or a changed value) or end in a traceback.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pipelines import config as config_loader
+from pipelines import photon
+
+USAGE = 2
+
+
+def run_cli(module, *args):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def assert_usage_error(done, *expected):
+    assert done.returncode == USAGE, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # no usage block, no traceback, no logs
+    assert "error:" in lines[0]
+    for text in expected:
+        assert text in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "expected"),
+    [
+        (
+            "pipelines.zeitgeist",
+            ["--windw_seconds", "60"],
+            ["unknown flag --windw_seconds", "did you mean --window_seconds?"],
+        ),
+        # An abbreviation is not taken for the flag it starts.
+        ("pipelines.zeitgeist", ["--window", "60"], ["did you mean --window_seconds?"]),
+        # A misspelled Beam flag is refused too, with Beam's flag suggested.
+        (
+            "pipelines.photon",
+            ["--direct_num_worker", "2"],
+            ["did you mean --direct_num_workers?"],
+        ),
+        ("pipelines.photon", ["stray"], ["unexpected argument 'stray'"]),
+        (
+            "pipelines.zeitgeist",
+            ["--set", "window.size_seconds=ten"],
+            ["window.size_seconds must be an integer, got 'ten'"],
+        ),
+        (
+            "pipelines.photon",
+            ["--set", "join.shards=1.5"],
+            ["join.shards must be an integer, got 1.5"],
+        ),
+        (
+            "pipelines.photon",
+            ["--set", "registry.gc_days=yes"],
+            ["registry.gc_days must be an integer, got True"],
+        ),
+        # Passes the type check, fails the parameter's own rule.
+        ("pipelines.photon", ["--set", "join.shards=0"], ["must be positive"]),
+        ("pipelines.photon", ["--pipeline_id", "a#b"], ["without '#'"]),
+        ("pipelines.photon", ["--gc_days", "three"], ["--gc_days", "invalid int"]),
+    ],
+)
+def test_mistakes_are_one_line_and_exit_2(module, args, expected, tmp_path):
+    done = run_cli(module, "--output", str(tmp_path / "out"), *args)
+    assert_usage_error(done, *expected)
+    assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
+def test_input_globs_that_match_nothing_are_errors(tmp_path):
+    (tmp_path / "q.jsonl").write_text("")
+    empty = str(tmp_path / "missing" / "*.jsonl")
+    done = run_cli(
+        "pipelines.zeitgeist", "--output", str(tmp_path / "z"), "--input", empty
+    )
+    assert_usage_error(done, f"--input '{empty}' matches no file")
+    done = run_cli(
+        "pipelines.photon",
+        *("--output", str(tmp_path / "p")),
+        *("--queries", str(tmp_path / "q.jsonl"), "--clicks", empty),
+    )
+    assert_usage_error(done, f"--clicks '{empty}' matches no file")
+    text = tmp_path / "c.txt"
+    text.write_text("")
+    done = run_cli(
+        "pipelines.photon",
+        *("--output", str(tmp_path / "p")),
+        *("--queries", str(text), "--clicks", str(text)),
+    )
+    assert_usage_error(done, "cannot infer the record format")
+
+
+def test_verify_refuses_a_joined_directory_that_does_not_exist(tmp_path):
+    log = tmp_path / "c.jsonl"
+    log.write_text("")
+    done = run_cli(
+        "pipelines.photon_verify",
+        *("--queries", str(log), "--clicks", str(log)),
+        *("--joined", str(tmp_path / "typo"), "--output", str(tmp_path / "v")),
+    )
+    assert_usage_error(done, "--joined", "is not a directory")
+
+
+@pytest.mark.parametrize("pipeline_id", ["no", "off", "010", "8", "1e3", "null"])
+def test_string_options_stay_the_strings_given(pipeline_id):
+    args, _ = photon.parse_args(["--output", "/tmp/x", "--pipeline_id", pipeline_id])
+    assert photon.load_config(args)["pipeline"]["id"] == pipeline_id
+    args, _ = photon.parse_args(
+        ["--output", "/tmp/x", "--set", f"pipeline.id={pipeline_id}"]
+    )
+    assert photon.load_config(args)["pipeline"]["id"] == pipeline_id
+
+
+def test_config_file_values_are_type_checked(tmp_path):
+    config = tmp_path / "photon.yaml"
+    config.write_text("pipeline:\n  id: no\n")  # YAML 1.1 reads `no` as false
+    args, _ = photon.parse_args(["--output", "/tmp/x", "--config", str(config)])
+    with pytest.raises(config_loader.ConfigError, match="pipeline.id must be a string"):
+        photon.load_config(args)
+
+
+def test_numbers_accept_integers_and_reject_booleans():
+    defaults = {"join": {"max_wait_seconds": 600.0, "shards": 512}}
+    merged = config_loader.apply_overrides(defaults, ["join.max_wait_seconds=30"])
+    assert merged["join"]["max_wait_seconds"] == 30
+    with pytest.raises(config_loader.ConfigError, match="join.shards may not be null"):
+        config_loader.apply_overrides(defaults, ["join.shards=null"])
+    with pytest.raises(config_loader.ConfigError, match="must be a number"):
+        config_loader.apply_overrides(defaults, ["join.max_wait_seconds=off"])
+
+
+def test_beam_flags_are_still_passed_on():
+    from pipelines import cli
+
+    args, beam_args = photon.parse_args(
+        ["--output", "/tmp/x", "--direct_num_workers", "2", "--runner=DirectRunner"]
+    )
+    assert args.output == "/tmp/x"
+    assert beam_args == ["--direct_num_workers", "2", "--runner=DirectRunner"]
+    with pytest.raises(cli.UsageError, match="did you mean --direct_num_workers"):
+        photon.parse_args(["--output", "/tmp/x", "--direct_num_worker=2"])

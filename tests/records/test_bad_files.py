@@ -1,0 +1,183 @@
+"""Damaged files lose no record silently: what cannot be read is a dead letter.
+
+Real files on disk, read through the real Beam transforms on the DirectRunner.
+"""
+
+import bz2
+import gzip
+import json
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.testing import test_pipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from transforms.records.readers import DEAD_LETTERS, RECORDS, ReadClickEvents
+
+T = 1_700_000_000_000
+
+
+def click_lines(n):
+    return b"".join(
+        json.dumps({"click_id": f"c{i}", "query_id": "q", "event_time": T + i}).encode()
+        + b"\n"
+        for i in range(n)
+    )
+
+
+@pytest.mark.parametrize(
+    ("suffix", "compress"),
+    [(".gz", gzip.compress), (".bz2", lambda data: bz2.compress(data, 1))],
+)
+def test_a_truncated_compressed_file_is_unreadable_after_its_last_whole_line(
+    tmp_path, suffix, compress
+):
+    data = click_lines(20_000)
+    whole = compress(data)
+    path = tmp_path / f"clicks.jsonl{suffix}"
+    path.write_bytes(whole[: len(whole) // 2])
+    # What the cut leaves readable, by Python's own decompressor.
+    reader = gzip.GzipFile if suffix == ".gz" else bz2.BZ2File
+    readable = b""
+    with reader(path) as fh:
+        try:
+            while chunk := fh.read1(1 << 16):
+                readable += chunk
+        except EOFError:
+            pass
+    complete = readable[: readable.rindex(b"\n") + 1].count(b"\n")
+    assert 0 < complete < 20_000
+
+    with test_pipeline.TestPipeline() as p:
+        out = p | ReadClickEvents(str(path))
+        ids = out[RECORDS] | "Ids" >> beam.Map(lambda c: c.click_id)
+        dead = out[DEAD_LETTERS] | "Dead" >> beam.Map(
+            lambda d: (d.source, d.reason.split(" line ")[0], "ends early" in d.reason)
+        )
+        # Records are those of the lines the cut left whole, up to the
+        # decompressor's last full block; none is invented, none is lost.
+        assert_that(
+            ids | beam.combiners.Count.Globally(),
+            lambda counts: _at_least_lines(counts, complete),
+            label="Count",
+        )
+        assert_that(
+            dead,
+            equal_to([(str(path), "unreadable file after", True)]),
+            label="OneUnreadable",
+        )
+
+
+def _at_least_lines(counts, complete):
+    # The stream is read up to the last byte that decompresses, which may be
+    # a little short of what Python's reader returns, never beyond it.
+    [count] = counts
+    assert complete - 2_000 <= count <= complete, (count, complete)
+
+
+def test_the_unreadable_letter_says_where_and_how_far(tmp_path):
+    whole = gzip.compress(click_lines(5_000))
+    path = tmp_path / "clicks.jsonl.gz"
+    path.write_bytes(whole[: len(whole) // 2])
+    with test_pipeline.TestPipeline() as p:
+        out = p | ReadClickEvents(str(path))
+        count = out[RECORDS] | beam.combiners.Count.Globally()
+        dead = out[DEAD_LETTERS] | beam.Map(lambda d: (d.location, d.reason))
+        both = (
+            count | "TagCount" >> beam.Map(lambda n: ("records", n)),
+            dead | "TagDead" >> beam.Map(lambda d: ("dead", d)),
+        ) | beam.Flatten()
+
+        def check(tagged):
+            found = dict(tagged)
+            records, (location, reason) = found["records"], found["dead"]
+            assert len(tagged) == 2, tagged
+            assert records > 0
+            assert location == f"line {records + 1}"
+            assert f"unreadable file after line {records}:" in reason
+            assert "gzip stream ends early" in reason
+            assert f"after {len(whole) // 2:,} compressed bytes" in reason
+
+        assert_that(both, check)
+
+
+def test_parquet_timestamps_python_cannot_hold_are_dead_letters(tmp_path):
+    ns = pa.timestamp("ns")
+    table = pa.table(
+        {
+            "click_id": ["ok1", "sub_us", "ok2", "year_10000", "before_year_1"],
+            "query_id": ["q"] * 5,
+            "event_time": pa.array(
+                [T * 10**6, T * 10**6 + 1, (T + 1) * 10**6, 0, 0], type=ns
+            ),
+        }
+    )
+    pq.write_table(table.slice(0, 3), tmp_path / "ns.parquet")
+    seconds = pa.table(
+        {
+            "click_id": ["year_10000", "before_year_1", "ok3"],
+            "query_id": ["q"] * 3,
+            "event_time": pa.array(
+                [300_000_000_000, -100_000_000_000, T // 1000], type=pa.timestamp("s")
+            ),
+        }
+    )
+    pq.write_table(seconds, tmp_path / "s.parquet")
+
+    with test_pipeline.TestPipeline() as p:
+        out = p | ReadClickEvents(str(tmp_path / "*.parquet"))
+        ids = out[RECORDS] | "Ids" >> beam.Map(lambda c: c.click_id)
+        dead = out[DEAD_LETTERS] | "Dead" >> beam.Map(
+            lambda d: (d.source.rsplit("/", 1)[1], d.location, json.loads(d.raw))
+        )
+        reasons = out[DEAD_LETTERS] | "Reasons" >> beam.Map(lambda d: d.reason)
+        assert_that(ids, equal_to(["ok1", "ok2", "ok3"]), label="Ids")
+        assert_that(
+            dead,
+            equal_to(
+                [
+                    (
+                        "ns.parquet",
+                        "row 2",
+                        {
+                            "click_id": "sub_us",
+                            "query_id": "q",
+                            "event_time": T * 10**6 + 1,
+                        },
+                    ),
+                    (
+                        "s.parquet",
+                        "row 1",
+                        {
+                            "click_id": "year_10000",
+                            "query_id": "q",
+                            # Parquet stores seconds as milliseconds.
+                            "event_time": 300_000_000_000_000,
+                        },
+                    ),
+                    (
+                        "s.parquet",
+                        "row 2",
+                        {
+                            "click_id": "before_year_1",
+                            "query_id": "q",
+                            "event_time": -100_000_000_000_000,
+                        },
+                    ),
+                ]
+            ),
+            label="Dead",
+        )
+        assert_that(
+            reasons | beam.Map(lambda r: r.split(" has ")[1].split(")")[0]),
+            equal_to(
+                [
+                    "a value Python cannot represent (sub-microsecond precision",
+                    "a value Python cannot represent (out of range",
+                    "a value Python cannot represent (out of range",
+                ]
+            ),
+            label="Reasons",
+        )
