@@ -6,12 +6,18 @@ DirectRunner and on this project's SparkRunner, with the same assertions.
 Its pipelines are built without a runner (``TestPipeline(options=...)`` or
 ``beam.Pipeline(options=...)``), so the fixture points Beam's default runner
 at the one the test is parametrised with.
+
+A module marked ``beam_suite_on_spark`` runs Beam's own test classes in
+streaming on SparkRunner: Beam's default runner, and the runner and
+``--streaming`` that ``TestPipeline()`` reads from
+``--test-pipeline-options``, point at this runner.
 """
 
 from __future__ import annotations
 
 import pytest
 from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.testing.test_pipeline import TestPipeline
 
 pytest_plugins = ["testing.fixtures"]
 
@@ -21,6 +27,9 @@ SPARK_RUNNER = "runners.spark.SparkRunner"
 def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "both_runners: run on the DirectRunner and on SparkRunner"
+    )
+    config.addinivalue_line(
+        "markers", "beam_suite_on_spark: Beam's test classes, streaming, on SparkRunner"
     )
 
 
@@ -58,3 +67,11 @@ def _default_runner(request, monkeypatch):
     if callspec is not None and callspec.params.get("beam_runner") == "spark":
         request.getfixturevalue("spark_session")
         monkeypatch.setattr(StandardOptions, "DEFAULT_RUNNER", SPARK_RUNNER)
+    if request.node.get_closest_marker("beam_suite_on_spark"):
+        request.getfixturevalue("spark_session")
+        monkeypatch.setattr(StandardOptions, "DEFAULT_RUNNER", SPARK_RUNNER)
+        monkeypatch.setattr(
+            TestPipeline,
+            "pytest_test_pipeline_options",
+            f"--runner={SPARK_RUNNER} --streaming",
+        )

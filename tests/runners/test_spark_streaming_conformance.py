@@ -2,8 +2,9 @@
 
 Beam's tests build their pipelines with ``TestPipeline(options=...)`` or
 ``beam.Pipeline(options=...)`` and no runner, so they run on Beam's default
-runner; the fixture points that default, and ``--test-pipeline-options``,
-at this runner for the duration of each test. Every skip carries its reason.
+runner; the ``beam_suite_on_spark`` marker (``tests/conftest.py``) points
+that default, and ``--test-pipeline-options``, at this runner for the
+duration of each test. Every skip carries its reason.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import unittest
 
 import apache_beam as beam
 import pytest
-from apache_beam.options.pipeline_options import StandardOptions
-from apache_beam.testing.test_pipeline import TestPipeline
 
 for _needed in ("hamcrest", "tenacity", "mock"):
     pytest.importorskip(_needed, reason=f"Beam's suites need {_needed}")
@@ -24,17 +23,7 @@ for _needed in ("hamcrest", "tenacity", "mock"):
 from apache_beam.testing import test_stream_test  # noqa: E402
 from apache_beam.transforms import userstate_test  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark_session")]
-
-RUNNER = "runners.spark.SparkRunner"
-
-
-@pytest.fixture(autouse=True)
-def _beam_default_runner_is_spark(monkeypatch):
-    monkeypatch.setattr(StandardOptions, "DEFAULT_RUNNER", RUNNER)
-    monkeypatch.setattr(
-        TestPipeline, "pytest_test_pipeline_options", f"--runner={RUNNER} --streaming"
-    )
+pytestmark = [pytest.mark.spark, pytest.mark.beam_suite_on_spark]
 
 
 # test name -> why it does not run on this runner.

@@ -118,7 +118,7 @@ def test_checkpoint_refuses_another_pipeline_and_keeps_the_last_commit(tmp_path)
         CheckpointDir(tmp_path).bind({"keyed_stages": ["a"], "key_groups": 8})
 
 
-def test_test_stream_steps_group_elements_with_the_watermark_after_them():
+def test_test_stream_steps_take_one_element_event_and_the_watermark_after_it():
     pipeline = beam.Pipeline()
     _ = pipeline | beam.testing.test_stream.TestStream().add_elements(
         [1, 2]
@@ -134,7 +134,9 @@ def test_test_stream_steps_group_elements_with_the_watermark_after_them():
     script = ScriptedStream(transform, components.SerializeToString(), windowed)
     (out,) = transform.outputs.values()
     first = script.next_step(0)
-    assert (first.start, first.end) == (0, 3)  # two element events + watermark
+    assert (first.start, first.end) == (0, 1)  # an element event is a bundle
+    second = script.next_step(1)
+    assert (second.end, second.element_count) == (3, 1)  # and its watermark
     assert script.watermarks(0)[out] == MIN_MICROS
     assert script.watermarks(3)[out] == 10_000_000
     clock = script.next_step(3)
