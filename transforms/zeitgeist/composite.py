@@ -37,7 +37,7 @@ class KeyByQuery(beam.DoFn):
 
     Searches read by `transforms.records` are already valid; this guards the
     in-memory path (records built by another job or a test), where an empty
-    key or a non-positive count would corrupt the counts without a trace.
+    key or a negative count would corrupt the counts without a trace.
     """
 
     def __init__(self, key_fn: Callable[[str], str]):
@@ -49,8 +49,8 @@ class KeyByQuery(beam.DoFn):
         key = self._key_fn(search.query)
         if not key:
             reason = "query is empty after normalization"
-        elif search.count < 1:
-            reason = f"count must be a positive integer, got {search.count}"
+        elif search.count < 0:
+            reason = f"count must be a non-negative integer, got {search.count}"
         elif not search.HasField("event_time"):
             reason = "missing field 'event_time'"
         if reason is None:
