@@ -338,7 +338,7 @@ def test_gzipped_jsonl_is_decompressed_and_a_corrupt_gz_is_a_dead_letter(tmp_pat
     good.write_bytes(
         gzip.compress(
             b'{"query": "zipped", "event_time": 1700000000000}\n'
-            b'{"query": "zipped", "event_time": 1700000000001, "count": 0}\n'
+            b'{"query": "zipped", "event_time": 1700000000001, "count":-1}\n'
         )
     )
     corrupt = tmp_path / "corrupt.jsonl.gz"
@@ -360,7 +360,7 @@ def test_gzipped_jsonl_is_decompressed_and_a_corrupt_gz_is_a_dead_letter(tmp_pat
                         str(good),
                         "line 2",
                         "field 'count' mus",
-                        b'{"query": "zipped", "event_time": 1700000000001, "count": 0}',
+                        b'{"query": "zipped", "event_time": 1700000000001, "count":-1}',
                     ),
                     (str(corrupt), "line 1", "unreadable file: ", b""),
                 ]
