@@ -6,6 +6,7 @@ import pathlib
 
 import pytest
 
+from testing.labelled_episodes import combined, episode_score
 from testing.labelled_series import load_folder, reference_scores
 from testing.nab import (
     LabelledFile,
@@ -118,3 +119,14 @@ def test_reference_detector_scores_as_the_data_readme_anchors_say():
         # The README rounds to one decimal, and gives 70.4 for
         # artificialWithAnomaly where these inputs give 70.35.
         assert normalised(raw, windows) == pytest.approx(anchor, abs=0.1), category
+
+
+def test_episode_scores_count_windows_found_false_alarms_and_delays():
+    # Rows 2 (probation) and 9, 10 (one window, found at row 9: delay 1),
+    # and 15 (a false alarm).
+    score = episode_score(twenty_rows({}), [2, 9, 10, 15])
+    assert (score.true_positives, score.false_negatives) == (1, 0)
+    assert score.false_positives == 1
+    assert score.delays == (1,)
+    both = combined([score, episode_score(twenty_rows({}), [])])
+    assert (both.true_positives, both.false_negatives, both.recall) == (1, 1, 0.5)
