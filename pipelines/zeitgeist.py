@@ -89,7 +89,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--late_policy", choices=("drop", "correct"))
     parser.add_argument("--allowed_lateness_seconds", type=int)
     parser.add_argument("--threshold", type=float, help="detector.threshold")
-    parser.add_argument("--seasonality", choices=("none", "daily", "weekly"))
+    parser.add_argument("--seasonality", choices=("auto", "none", "daily", "weekly"))
     parser.add_argument("--seed", type=int, help="generator.seed")
     parser.add_argument("--num_queries", type=int, help="generator.num_queries")
     parser.add_argument("--days", type=float, help="generator.days")
