@@ -52,6 +52,7 @@ from transforms.records.zeitgeist_pb2 import (  # noqa: E402
     EpisodeStatus,
     WindowScore,
 )
+from transforms.zeitgeist.query_keys import fold  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 WEEK_S = 7 * 24 * 3600
@@ -87,7 +88,8 @@ def as_counts(values: tuple[float, ...]) -> list[int]:
 
 
 def query_name(series: Series) -> str:
-    return series.name.removesuffix(".csv")
+    """The series' query, as the job keys it (case-folded)."""
+    return fold(series.name.removesuffix(".csv"))
 
 
 def first_window_ms(series: Series, bucket_s: int) -> int:

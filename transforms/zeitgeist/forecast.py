@@ -127,19 +127,22 @@ def _update(
     state.excursion_sum = (state.excursion_sum if going_on else 0.0) + (
         residual if state.excursion else 0.0
     )
+    seasonal = _seasonal_root(state, params, window_start, window_ms)
     if abs(state.excursion) > params.max_excursion_windows:
-        # A shift this long is the new normal: both predictors move by it,
-        # rather than creeping there and alarming all the way.
+        # A shift this long is the new normal: the predictor in use moves by
+        # it, rather than creeping there and alarming all the way. (The
+        # other one learns it from its own residuals.)
         shift = state.excursion_sum / abs(state.excursion)
-        state.level += shift
-        state.season_offset += shift
+        if seasonal is not None and _prefers_seasonal(state, params):
+            state.season_offset += shift
+        else:
+            state.level += shift
         state.excursion = 0
         state.excursion_sum = 0.0
         return True
     # During a young excursion (an episode, most likely) the model barely
     # learns, or the episode's end would look like an episode of its own.
     weight = params.outlier_weight if state.excursion else 1.0
-    seasonal = _seasonal_root(state, params, window_start, window_ms)
     level_residual = _learn_spread(state, "level", value - state.level, params, weight)
     state.level += params.alpha * weight * level_residual
     if seasonal is not None:
