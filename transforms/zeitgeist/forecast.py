@@ -28,6 +28,8 @@ from transforms.zeitgeist.params import SEASON_MS, ModelParams
 MAD_TO_SIGMA = math.sqrt(math.pi / 2)
 # Poisson noise on the square-root scale: the spread never goes below it.
 MIN_SPREAD = 1.0
+# Windows over which a new model's spread is a plain mean of its residuals.
+YOUNG_WINDOWS = 12
 
 
 def root(count: float) -> float:
@@ -143,29 +145,33 @@ def _update(
     # During a young excursion (an episode, most likely) the model barely
     # learns, or the episode's end would look like an episode of its own.
     weight = params.outlier_weight if state.excursion else 1.0
-    level_residual = _learn_spread(state, "level", value - state.level, params, weight)
+    # A young model's spread is the plain mean of its first residuals: it
+    # starts at zero, and creeping up from there would make every window an
+    # excursion, which learns too little to ever catch up (seen at 10^8).
+    young = state.history < YOUNG_WINDOWS
+    spread_weight = 1.0 if young else weight
+    rate = 1.0 / state.history if young else params.spread_alpha
+    level_residual = _learn_spread(
+        state, "level", value - state.level, rate * spread_weight, params
+    )
     state.level += params.alpha * weight * level_residual
     if seasonal is not None:
         season_residual = _learn_spread(
-            state, "season", value - seasonal, params, weight
+            state, "season", value - seasonal, params.spread_alpha * weight, params
         )
         state.season_offset += params.alpha * weight * season_residual
     return False
 
 
 def _learn_spread(
-    state: ModelState, name: str, residual: float, params: ModelParams, weight: float
+    state: ModelState, name: str, residual: float, rate: float, params: ModelParams
 ) -> float:
     """Update one predictor's spread and error; return the clipped residual."""
     spread = getattr(state, f"{name}_spread")
     error = getattr(state, f"{name}_error")
     limit = params.clip_sigma * max(MAD_TO_SIGMA * spread, MIN_SPREAD)
     clipped = max(-limit, min(limit, residual))
-    setattr(
-        state,
-        f"{name}_spread",
-        spread + params.spread_alpha * weight * (abs(clipped) - spread),
-    )
+    setattr(state, f"{name}_spread", spread + rate * (abs(clipped) - spread))
     setattr(
         state, f"{name}_error", error + params.error_alpha * (abs(residual) - error)
     )
