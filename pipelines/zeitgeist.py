@@ -105,7 +105,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument(
         "--report",
         action="store_true",
-        help="write OUTPUT/report.html with plots of the top anomalies",
+        help="write OUTPUT/report.html with the strongest episodes and their plots",
     )
     return parser.parse_known_args(argv)
 
@@ -239,8 +239,9 @@ def summary(result, elapsed_s: float, output: pathlib.Path) -> str:
         ("records read", get("millwheel.records/records_read")),
         ("windows emitted", get("millwheel.zeitgeist/windows_emitted")),
         ("  of which zero-count", get("millwheel.zeitgeist/zero_windows_emitted")),
-        ("spikes", get("millwheel.zeitgeist/spikes_detected")),
-        ("dips", get("millwheel.zeitgeist/dips_detected")),
+        ("spike episodes", get("millwheel.zeitgeist/spikes_detected")),
+        ("dip episodes", get("millwheel.zeitgeist/dips_detected")),
+        ("  of which closed", get("millwheel.zeitgeist/episodes_closed")),
         ("duplicates dropped", get("millwheel.dedup/duplicates")),
         ("late records", get("millwheel.zeitgeist/late_records")),
         ("window corrections", get("millwheel.zeitgeist/window_corrections")),

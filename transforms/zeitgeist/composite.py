@@ -75,10 +75,13 @@ class Zeitgeist(beam.PTransform):
     timestamped with its event time (the watermark is the runner's, set by
     the source). The result is a dict of PCollections:
 
-    - ``anomalies``: `Anomaly` records, one per abnormal window;
+    - ``anomalies``: `Anomaly` records of spike and dip episodes: an
+      `OPENED` alert when one starts, a `CLOSED` summary when it ends (see
+      `transforms.zeitgeist.episodes`);
     - ``window_counts``: `WindowCount` per query and window, zero counts
       included while the query is active, corrections with revision > 0;
-    - ``scores``: `WindowScore` per query and window, score in [0, 1];
+    - ``scores``: `WindowScore` per query and window, a graded score in
+      [0, 1), 0.5 at the alert threshold;
     - ``late``: `SearchQuery` records that came after their window was
       emitted and were not folded in (see `transforms.millwheel.lateness`);
     - ``dead_letters``: `DeadLetter` records for unusable searches.
