@@ -104,8 +104,8 @@ class DetectorParams:
     slack_sigma: float = 1.0
     threshold: float = 5.0
     max_deviation_sigma: float = 6.0
-    burst_tolerance: float = 1.0
-    evidence_memory_windows: int = 500
+    burst_tolerance: float = 3.0
+    evidence_memory_windows: int = 2000
     close_after_windows: int = 12
     min_expected_for_dip: float = 5.0
     min_expected_for_spike: float = 0.0
