@@ -156,6 +156,11 @@ def _update(
     )
     state.level += params.alpha * weight * level_residual
     if seasonal is not None:
+        if not state.season_spread:
+            # The seasonal predictor's first window: it starts from the
+            # level's spread and error, and must earn its preference.
+            state.season_spread = state.level_spread
+            state.season_error = state.level_error
         season_residual = _learn_spread(
             state, "season", value - seasonal, params.spread_alpha * weight, params
         )
