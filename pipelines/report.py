@@ -1,24 +1,28 @@
-"""`write_report`: one HTML page on a finished Zeitgeist job's top anomalies.
+"""`write_report`: one HTML page on a finished Zeitgeist job's episodes.
 
 It reads back what `python -m pipelines.zeitgeist --report` wrote to OUTPUT
-(`scores*.jsonl` and `anomalies*.jsonl`) and writes OUTPUT/report.html. The
-page is self-contained (plots are base64 PNGs drawn with matplotlib's Agg
-canvas), so it can be attached to a ticket or mailed as is.
+(`scores*.jsonl` and `anomalies*.jsonl`) and writes OUTPUT/report.html: a
+summary (episodes by kind, the queries with most), then one row per episode,
+strongest first, each with a plot of its query around it. The page is
+self-contained (plots are base64 PNGs drawn with matplotlib's Agg canvas),
+so it can be attached to a ticket or mailed as is.
 
-Late corrections re-emit a window with a higher revision, so only the latest
-revision of each (query, window) counts. A correction can also clear an
-anomaly: an anomaly whose window has a newer score than itself is dropped.
+An episode is what the detector's records say about it (see
+`transforms.zeitgeist.episodes`): its `OPENED` alert and, once over, its
+`CLOSED` summary; an `AMENDED` record is a one-window episode of its own.
+Records written before episodes existed (no status) are read as one-window
+episodes. Late corrections re-emit a window's score with a higher revision:
+only the latest revision of each (query, window) is plotted.
 """
 
 import base64
 import html
 import io
-import math
 import pathlib
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -26,26 +30,31 @@ from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 
 from pipelines.outputs import read_output
-from transforms.records.zeitgeist_pb2 import Anomaly, AnomalyKind, WindowScore
+from transforms.records.zeitgeist_pb2 import (
+    Anomaly,
+    AnomalyKind,
+    EpisodeStatus,
+    WindowScore,
+)
 
-R = TypeVar("R", Anomaly, WindowScore)
 REPORT_NAME = "report.html"
 # Both names are the `Zeitgeist` transform's output tags, as the CLI's sinks.
 _SCORES = "scores"
 _ANOMALIES = "anomalies"
 _BAND_SIGMAS = 3
-_MARKERS = {
-    AnomalyKind.SPIKE: ("^", "red", "spike"),
-    AnomalyKind.DIP: ("v", "blue", "dip"),
-}
+# Windows of context plotted on each side of an episode.
+_CONTEXT_WINDOWS = 36
+_COLOURS = {AnomalyKind.SPIKE: "red", AnomalyKind.DIP: "blue"}
 _COLUMNS = (
     "query",
     "kind",
-    "window start (UTC)",
-    "actual",
-    "expected",
-    "stddevs",
-    "score",
+    "start (UTC)",
+    "end (UTC)",
+    "windows",
+    "peak (UTC)",
+    "peak actual",
+    "peak expected",
+    "peak deviation",
 )
 _STYLE = (
     "body{font-family:sans-serif;max-width:60em;margin:1em auto;color:#222}"
@@ -55,126 +64,117 @@ _STYLE = (
 
 
 @dataclass(frozen=True)
-class _Ranked:
-    """A current anomaly with its deviation in standard deviations.
+class Episode:
+    """One episode as its records describe it; `end_ms` is None while open."""
 
-    `sigmas` is |actual - expected| / stddev of the window's score, or 0.0
-    when the window has no score (e.g. the job ran without scores).
+    query: str
+    kind: int
+    start_ms: int
+    end_ms: int | None
+    peak_ms: int
+    peak_actual: int
+    peak_expected: float
+    peak_deviation: float
+    duration_windows: int | None
+
+
+def write_report(output: pathlib.Path, window_ms: int, top: int = 20) -> pathlib.Path:
+    """Write `output`/report.html on the `top` strongest episodes; return it.
+
+    Episodes are ranked by their peak deviation (in the query's spreads of
+    noise), then query and start. `window_ms` is the job's window size:
+    windows further apart than that are gaps in a query's traffic, and the
+    plots break their lines there.
     """
-
-    anomaly: Anomaly
-    sigmas: float
-
-
-def write_report(output: pathlib.Path, window_ms: int, top: int = 10) -> pathlib.Path:
-    """Write `output`/report.html on the `top` queries; return its path.
-
-    Queries are ranked by their strongest anomaly, ordered by score, then by
-    |actual - expected| / stddev. Each gets a plot of its window counts with
-    the model's expectation, a band of ±3 stddev, and its spikes and dips.
-    `window_ms` is the job's window size: windows further apart than that
-    are gaps in a query's traffic, and the plots break their lines there.
-    """
-    scores = _latest(read_output(output, _SCORES, WindowScore))
-    anomalies = [
-        a
-        for key, a in _latest(read_output(output, _ANOMALIES, Anomaly)).items()
-        if key not in scores or scores[key].revision <= a.revision
-    ]
-    ranked = _rank(anomalies, scores)
-    queries = list(dict.fromkeys(r.anomaly.query for r in ranked))[:top]
-    rows = [r for r in ranked if r.anomaly.query in queries]
-    plots = [(q, _plot(q, scores, anomalies, window_ms)) for q in queries]
-    totals = {
-        "queries": len({q for q, _ in scores} | {a.query for a in anomalies}),
-        "windows": len(scores),
-        "spikes": sum(a.kind == AnomalyKind.SPIKE for a in anomalies),
-        "dips": sum(a.kind == AnomalyKind.DIP for a in anomalies),
-    }
+    scores = _latest_scores(read_output(output, _SCORES, WindowScore))
+    episodes = episodes_of(read_output(output, _ANOMALIES, Anomaly))
+    ranked = sorted(episodes, key=lambda e: (-e.peak_deviation, e.query, e.start_ms))
+    shown = ranked[:top]
+    plots = [_plot(e, scores.get(e.query, []), window_ms) for e in shown]
     path = output / REPORT_NAME
-    path.write_text(_page(totals, window_ms, rows, plots), encoding="utf-8")
+    page = _page(episodes, len(scores), window_ms, shown, plots)
+    path.write_text(page, encoding="utf-8")
     return path
 
 
-def _latest(records: Iterable[R]) -> dict[tuple[str, int], R]:
-    """The highest revision of each (query, window_start)."""
-    latest: dict[tuple[str, int], R] = {}
+def episodes_of(records: Iterable[Anomaly]) -> list[Episode]:
+    """The episodes that anomaly records describe, one per (query, kind, start).
+
+    A `CLOSED` record, when there is one, is the final word on its episode.
+    """
+    found: dict[tuple[str, int, int], Episode] = {}
+    for record in sorted(records, key=lambda r: r.status == EpisodeStatus.CLOSED):
+        start = record.episode_start if record.status else record.window_start
+        closes = record.status in (EpisodeStatus.CLOSED, EpisodeStatus.AMENDED)
+        if record.status == EpisodeStatus.EPISODE_STATUS_UNSPECIFIED:
+            end = record.window_end
+        else:
+            end = record.episode_end if closes else None
+        found[(record.query, record.kind, start)] = Episode(
+            query=record.query,
+            kind=record.kind,
+            start_ms=start,
+            end_ms=end,
+            peak_ms=record.peak_window_start or record.window_start,
+            peak_actual=record.peak_actual if record.status else record.actual,
+            peak_expected=record.peak_expected if record.status else record.expected,
+            peak_deviation=record.peak_deviation,
+            duration_windows=_duration(record),
+        )
+    return list(found.values())
+
+
+def _duration(record: Anomaly) -> int | None:
+    if record.status == EpisodeStatus.OPENED:
+        return None
+    return record.duration_windows or 1
+
+
+def _latest_scores(records: Iterable[WindowScore]) -> dict[str, list[WindowScore]]:
+    """Per query, the highest revision of each window, in window order."""
+    latest: dict[tuple[str, int], WindowScore] = {}
     for record in records:
         key = (record.query, record.window_start)
         if key not in latest or record.revision > latest[key].revision:
             latest[key] = record
-    return latest
+    by_query: dict[str, list[WindowScore]] = {}
+    for (query, _), record in sorted(latest.items()):
+        by_query.setdefault(query, []).append(record)
+    return by_query
 
 
-def _rank(
-    anomalies: Iterable[Anomaly], scores: dict[tuple[str, int], WindowScore]
-) -> list[_Ranked]:
-    """Strongest first: score, then sigmas; query and time make ties stable."""
-    ranked = [
-        _Ranked(a, _sigmas(a, scores.get((a.query, a.window_start)))) for a in anomalies
-    ]
-    return sorted(ranked, key=_strength)
-
-
-def _strength(r: _Ranked) -> tuple[float, float, str, int]:
-    return (-r.anomaly.score, -r.sigmas, r.anomaly.query, r.anomaly.window_start)
-
-
-def _sigmas(anomaly: Anomaly, score: WindowScore | None) -> float:
-    if score is None:
-        return 0.0
-    deviation = abs(anomaly.actual - anomaly.expected)
-    if score.stddev > 0:
-        return deviation / score.stddev
-    # A model with no variance yet: any deviation is infinitely unlikely.
-    return math.inf if deviation else 0.0
-
-
-def _plot(
-    query: str,
-    scores: dict[tuple[str, int], WindowScore],
-    anomalies: Sequence[Anomaly],
-    window_ms: int,
-) -> str:
-    """`query`'s PNG, base64: counts, expected ±3 stddev, spikes and dips."""
-    own = [s for (q, _), s in sorted(scores.items()) if q == query]
-    figure = Figure(figsize=(8, 2.8), dpi=90)
+def _plot(episode: Episode, scores: Sequence[WindowScore], window_ms: int) -> str:
+    """The episode's PNG, base64: its query's counts around it, the expected
+    band (clipped at zero) and the episode shaded."""
+    end = episode.end_ms if episode.end_ms is not None else episode.peak_ms + window_ms
+    low = episode.start_ms - _CONTEXT_WINDOWS * window_ms
+    high = end + _CONTEXT_WINDOWS * window_ms
+    near = [s for s in scores if low <= s.window_start < high]
+    figure = Figure(figsize=(8, 2.6), dpi=80)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    starts, actual, expected, stddev = _series(own, window_ms)
-    axes.plot(starts, actual, color="black", linewidth=1, label="searches")
-    axes.plot(
-        starts, expected, color="grey", linewidth=1, linestyle="--", label="expected"
-    )
-    axes.fill_between(
-        starts,
-        expected - _BAND_SIGMAS * stddev,
-        expected + _BAND_SIGMAS * stddev,
-        color="grey",
-        alpha=0.25,
-        label=f"expected ± {_BAND_SIGMAS} stddev",
-    )
-    for kind, (marker, color, label) in _MARKERS.items():
-        hits = [a for a in anomalies if a.query == query and a.kind == kind]
-        if hits:
-            axes.scatter(
-                _utc([a.window_start for a in hits]),
-                [a.actual for a in hits],
-                marker=marker,
-                color=color,
-                zorder=3,
-                label=f"{label}s",
-            )
+    colour = _COLOURS.get(episode.kind, "orange")
+    axes.axvspan(*_utc([episode.start_ms, end]), color=colour, alpha=0.15)
+    if near:
+        starts, actual, expected, stddev = _series(near, window_ms)
+        axes.plot(starts, actual, color="black", linewidth=1, label="searches")
+        axes.plot(starts, expected, color="grey", linestyle="--", label="expected")
+        axes.fill_between(
+            starts,
+            np.maximum(expected - _BAND_SIGMAS * stddev, 0.0),
+            expected + _BAND_SIGMAS * stddev,
+            color="grey",
+            alpha=0.25,
+            label=f"expected ± {_BAND_SIGMAS} stddev",
+        )
     locator = AutoDateLocator(tz="UTC")
     axes.xaxis.set_major_locator(locator)
     axes.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz="UTC"))
-    axes.set_xlabel("window start (UTC)")
     axes.set_ylabel("searches per window")
-    # Above the axes, so that it never hides the data.
     axes.legend(
         loc="lower left",
         bbox_to_anchor=(0, 1),
-        ncols=4,
+        ncols=3,
         frameon=False,
         fontsize="small",
     )
@@ -197,7 +197,6 @@ def _series(
     starts = np.array([s.window_start for s in scores], dtype=np.int64)
     values = np.array([(s.actual, s.expected, s.stddev) for s in scores], dtype=float)
     values = values.reshape(-1, 3)
-    # Before the model's first window there is no prediction to draw.
     unpredicted = np.array([s.history == 0 for s in scores], dtype=bool)
     values[unpredicted, 1:] = np.nan
     gaps = np.flatnonzero(np.diff(starts) > window_ms) + 1
@@ -212,58 +211,76 @@ def _utc(epoch_ms: Sequence[int] | np.ndarray) -> np.ndarray:
 
 
 def _page(
-    totals: dict[str, int],
+    episodes: Sequence[Episode],
+    queries: int,
     window_ms: int,
-    rows: Sequence[_Ranked],
-    plots: Sequence[tuple[str, str]],
+    shown: Sequence[Episode],
+    plots: Sequence[str],
 ) -> str:
-    summary = ", ".join(f"{n} {name}" for name, n in totals.items())
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>Zeitgeist report</title><style>{_STYLE}</style></head><body>",
         "<h1>Zeitgeist report</h1>",
-        f"<p>{summary} ({window_ms / 60_000:g}-minute windows).</p>",
+        _summary(episodes, queries, window_ms),
         "<h2>How to read this</h2>",
-        "<p>Each plot shows one query's searches per window (black), the count "
-        "the model expected from earlier windows only (dashed) and a grey band "
-        f"of ±{_BAND_SIGMAS} standard deviations around it. Red upward "
-        "triangles mark spikes, blue downward triangles dips. A single window "
-        "outside the band is not an anomaly by itself: the detector "
-        "accumulates confidence over consecutive windows, and the score is "
-        "that confidence relative to the threshold (1 = at or past it). "
-        "Queries are ranked by their strongest anomaly: score, then distance "
-        "from the expected count in standard deviations. Times are UTC.</p>",
+        "<p>An episode opens (the alert) when the evidence that a query is "
+        "spiking or dipping first passes the threshold, and closes when the "
+        "query has been back to normal for a while. Each row is one episode; "
+        "its plot shows the query's searches per window (black) around it, the "
+        "count the model expected from earlier windows only (dashed) with a "
+        f"grey band of ±{_BAND_SIGMAS} standard deviations (clipped at zero), "
+        "and the episode shaded (red: spike, blue: dip). The peak deviation "
+        "is in the query's own spreads of noise, learned from its traffic. "
+        "Times are UTC; an episode still open when the job ended has no end.</p>",
     ]
-    if not rows:
+    if not shown:
         parts.append("<p>No anomalies were detected.</p>")
     else:
-        parts += [f"<h2>Anomalies of the top {len(plots)} queries</h2>", _table(rows)]
-        for query, png in plots:
-            name = html.escape(query)
+        parts.append(f"<h2>The {len(shown)} strongest episodes</h2>")
+        for episode, png in zip(shown, plots, strict=True):
+            name = html.escape(episode.query)
+            parts.append(_table([episode]))
             parts.append(
-                f'<h3>{name}</h3><img alt="window counts of {name}" '
+                f'<img alt="searches for {name} around the episode" '
                 f'src="data:image/png;base64,{png}">'
             )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
 
-def _table(rows: Sequence[_Ranked]) -> str:
+def _summary(episodes: Sequence[Episode], queries: int, window_ms: int) -> str:
+    kinds = Counter(AnomalyKind.Name(e.kind).lower() for e in episodes)
+    still_open = sum(e.end_ms is None for e in episodes)
+    counts = ", ".join(f"{kinds[k]} {k}s" for k in ("spike", "dip"))
+    busiest = Counter(e.query for e in episodes).most_common(5)
+    top = ", ".join(f"{html.escape(q)} ({n})" for q, n in busiest) or "none"
+    return (
+        f"<p>{len(episodes)} episodes ({counts}; {still_open} still open) over "
+        f"{queries} queries with scores, {window_ms / 60_000:g}-minute windows.</p>"
+        f"<p>Queries with most episodes: {top}.</p>"
+    )
+
+
+def _table(episodes: Sequence[Episode]) -> str:
     header = "".join(f"<th>{h}</th>" for h in _COLUMNS)
     lines = [f"<table><tr>{header}</tr>"]
-    for row in rows:
-        a = row.anomaly
-        start = datetime.fromtimestamp(a.window_start / 1000, tz=UTC)
+    for e in episodes:
         cells = (
-            f"<td>{html.escape(a.query)}</td>"
-            f"<td>{AnomalyKind.Name(a.kind)}</td>"
-            f"<td>{start:%Y-%m-%d %H:%M}</td>"
-            f'<td class="n">{a.actual}</td>'
-            f'<td class="n">{a.expected:.1f}</td>'
-            f'<td class="n">{row.sigmas:.1f}</td>'
-            f'<td class="n">{a.score:.2f}</td>'
+            f"<td>{html.escape(e.query)}</td>"
+            f"<td>{AnomalyKind.Name(e.kind)}</td>"
+            f"<td>{_time(e.start_ms)}</td>"
+            f"<td>{'open' if e.end_ms is None else _time(e.end_ms)}</td>"
+            f'<td class="n">{e.duration_windows or "-"}</td>'
+            f"<td>{_time(e.peak_ms)}</td>"
+            f'<td class="n">{e.peak_actual}</td>'
+            f'<td class="n">{e.peak_expected:.1f}</td>'
+            f'<td class="n">{e.peak_deviation:.1f}</td>'
         )
         lines.append(f"<tr>{cells}</tr>")
     lines.append("</table>")
     return "\n".join(lines)
+
+
+def _time(epoch_ms: int) -> str:
+    return f"{datetime.fromtimestamp(epoch_ms / 1000, tz=UTC):%Y-%m-%d %H:%M}"

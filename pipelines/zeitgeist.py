@@ -91,7 +91,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--late_policy", choices=("drop", "correct"))
     parser.add_argument("--allowed_lateness_seconds", type=int)
     parser.add_argument("--threshold", type=float, help="detector.threshold")
-    parser.add_argument("--seasonality", choices=("none", "daily", "weekly"))
+    parser.add_argument("--seasonality", choices=("auto", "none", "daily", "weekly"))
     parser.add_argument("--seed", type=int, help="generator.seed")
     parser.add_argument("--num_queries", type=int, help="generator.num_queries")
     parser.add_argument("--days", type=float, help="generator.days")
@@ -107,7 +107,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument(
         "--report",
         action="store_true",
-        help="write OUTPUT/report.html with plots of the top anomalies",
+        help="write OUTPUT/report.html with the strongest episodes and their plots",
     )
     return parser.parse_known_args(argv)
 
@@ -243,8 +243,9 @@ def summary(result, elapsed_s: float, output: pathlib.Path) -> str:
         ("records read", get("millwheel.records/records_read")),
         ("windows emitted", get("millwheel.zeitgeist/windows_emitted")),
         ("  of which zero-count", get("millwheel.zeitgeist/zero_windows_emitted")),
-        ("spikes", get("millwheel.zeitgeist/spikes_detected")),
-        ("dips", get("millwheel.zeitgeist/dips_detected")),
+        ("spike episodes", get("millwheel.zeitgeist/spikes_detected")),
+        ("dip episodes", get("millwheel.zeitgeist/dips_detected")),
+        ("  of which closed", get("millwheel.zeitgeist/episodes_closed")),
         ("duplicates dropped", get("millwheel.dedup/duplicates")),
         ("late records", get("millwheel.zeitgeist/late_records")),
         ("window corrections", get("millwheel.zeitgeist/window_corrections")),

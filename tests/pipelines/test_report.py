@@ -11,7 +11,12 @@ import pytest
 
 from pipelines.report import write_report
 from transforms.records.readers import to_json_dict
-from transforms.records.zeitgeist_pb2 import Anomaly, AnomalyKind, WindowScore
+from transforms.records.zeitgeist_pb2 import (
+    Anomaly,
+    AnomalyKind,
+    EpisodeStatus,
+    WindowScore,
+)
 
 T0 = 1_767_571_200_000  # 2026-01-05 00:00 UTC
 WINDOW = 300_000
@@ -64,7 +69,8 @@ def score(query, window, actual=100, stddev=10.0, revision=0):
     )
 
 
-def anomaly(query, window, kind, actual, score=1.0, revision=0):
+def alert(query, window, kind, actual, deviation):
+    """An OPENED record: the episode's first window is its peak so far."""
     start = T0 + window * WINDOW
     return Anomaly(
         query=query,
@@ -73,9 +79,28 @@ def anomaly(query, window, kind, actual, score=1.0, revision=0):
         window_end=start + WINDOW,
         actual=actual,
         expected=100.0,
-        score=score,
-        revision=revision,
+        score=0.6,
+        status=EpisodeStatus.OPENED,
+        episode_start=start,
+        peak_window_start=start,
+        peak_deviation=deviation,
+        peak_actual=actual,
+        peak_expected=100.0,
+        duration_windows=1,
     )
+
+
+def closed(opened, windows, peak_window, peak_actual, deviation):
+    record = Anomaly()
+    record.CopyFrom(opened)
+    record.status = EpisodeStatus.CLOSED
+    record.episode_end = opened.episode_start + windows * WINDOW
+    record.window_end = record.episode_end
+    record.duration_windows = windows
+    record.peak_window_start = T0 + peak_window * WINDOW
+    record.peak_actual = peak_actual
+    record.peak_deviation = deviation
+    return record
 
 
 def write_jsonl(folder, name, messages):
@@ -104,45 +129,84 @@ def report(folder, **kwargs):
     return path.read_text(encoding="utf-8")
 
 
-# Strength: (score, |actual - expected| / stddev) with expected 100, stddev 10.
+ALPHA = alert("alpha", 10, AnomalyKind.SPIKE, 160, deviation=6.0)
+BETA = alert("beta", 12, AnomalyKind.DIP, 20, deviation=8.0)
+# Records of one episode each; alpha's closed with a higher peak later on.
 ANOMALIES = [
-    anomaly("gamma", 5, AnomalyKind.SPIKE, 300, score=0.9),  # 0.9, 20 sigma
-    anomaly("alpha", 10, AnomalyKind.SPIKE, 160),  # 1.0, 6
-    anomaly("alpha", 11, AnomalyKind.SPIKE, 130, score=0.5),  # 0.5, 3
-    anomaly(SCRIPT, 3, AnomalyKind.SPIKE, 150),  # 1.0, 5
-    anomaly("beta", 12, AnomalyKind.DIP, 20),  # 1.0, 8
+    ALPHA,
+    closed(ALPHA, 3, peak_window=11, peak_actual=190, deviation=9.0),
+    BETA,
+    alert("alpha", 20, AnomalyKind.SPIKE, 150, deviation=5.0),
+    alert(SCRIPT, 3, AnomalyKind.SPIKE, 150, deviation=7.0),
 ]
 
 
-def test_ranks_anomalies_and_plots_each_top_query(tmp_path):
+def test_one_row_and_plot_per_episode_strongest_first(tmp_path):
     write_job(tmp_path, ANOMALIES)
     page = Page(report(tmp_path))
-    assert [row[:3] for row in page.rows if row] == [
-        ["beta", "DIP", "2026-01-05 01:00"],
-        ["alpha", "SPIKE", "2026-01-05 00:50"],
-        [SCRIPT, "SPIKE", "2026-01-05 00:15"],
-        ["gamma", "SPIKE", "2026-01-05 00:25"],
-        ["alpha", "SPIKE", "2026-01-05 00:55"],
+    rows = [row for row in page.rows if row]
+    # query, kind, start, end, windows, peak, peak actual, expected, deviation
+    assert rows == [
+        [
+            "alpha",
+            "SPIKE",
+            "2026-01-05 00:50",
+            "2026-01-05 01:05",
+            "3",
+            "2026-01-05 00:55",
+            "190",
+            "100.0",
+            "9.0",
+        ],
+        [
+            "beta",
+            "DIP",
+            "2026-01-05 01:00",
+            "open",
+            "-",
+            "2026-01-05 01:00",
+            "20",
+            "100.0",
+            "8.0",
+        ],
+        [
+            SCRIPT,
+            "SPIKE",
+            "2026-01-05 00:15",
+            "open",
+            "-",
+            "2026-01-05 00:15",
+            "150",
+            "100.0",
+            "7.0",
+        ],
+        [
+            "alpha",
+            "SPIKE",
+            "2026-01-05 01:40",
+            "open",
+            "-",
+            "2026-01-05 01:40",
+            "150",
+            "100.0",
+            "5.0",
+        ],
     ]
-    # actual, expected, stddevs, score of the strongest.
-    assert page.rows[1][3:] == ["20", "100.0", "8.0", "1.00"]
-    assert page.headings == ["beta", "alpha", SCRIPT, "gamma"]
     assert len(page.images) == 4
     for src in page.images:
         prefix, data = src.split(",", 1)
         assert prefix == "data:image/png;base64"
         assert base64.b64decode(data, validate=True).startswith(PNG_SIGNATURE)
     text = "".join(page.text)
-    assert "5 queries, 120 windows, 4 spikes, 1 dips" in text
-    assert "How to read this" in text
+    assert "4 episodes (3 spikes, 1 dips; 3 still open) over 4 queries" in text
+    assert "Queries with most episodes: alpha (2)" in text
 
 
-def test_top_limits_the_queries_and_their_rows(tmp_path):
+def test_top_limits_the_episodes(tmp_path):
     write_job(tmp_path, ANOMALIES)
     page = Page(report(tmp_path, top=2))
-    assert page.headings == ["beta", "alpha"]
+    assert [row[0] for row in page.rows if row] == ["alpha", "beta"]
     assert len(page.images) == 2
-    assert [row[0] for row in page.rows if row] == ["beta", "alpha", "alpha"]
 
 
 def test_query_text_is_html_escaped(tmp_path):
@@ -152,32 +216,36 @@ def test_query_text_is_html_escaped(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
 
 
-def test_latest_revision_of_each_window_wins(tmp_path):
-    scores = [score("alpha", w) for w in range(WINDOWS)]
-    scores += [score("alpha", 4, actual=180, revision=1)]
-    scores += [score("alpha", 9, actual=105, revision=1)]
-    write_job(
-        tmp_path,
-        [
-            anomaly("alpha", 4, AnomalyKind.SPIKE, 150),
-            anomaly("alpha", 4, AnomalyKind.SPIKE, 180, revision=1),
-            # Corrected back to normal: the score's revision 1 clears it.
-            anomaly("alpha", 9, AnomalyKind.SPIKE, 170),
-        ],
-        scores,
+def test_records_from_before_episodes_read_as_one_window_episodes(tmp_path):
+    old = Anomaly(
+        query="alpha",
+        kind=AnomalyKind.SPIKE,
+        window_start=T0 + 4 * WINDOW,
+        window_end=T0 + 5 * WINDOW,
+        actual=180,
+        expected=100.0,
+        score=1.0,
     )
-    page = Page(report(tmp_path))
-    assert [row[:4] for row in page.rows if row] == [
-        ["alpha", "SPIKE", "2026-01-05 00:20", "180"]
+    write_job(tmp_path, [old])
+    rows = [row for row in Page(report(tmp_path)).rows if row]
+    assert [row[:7] for row in rows] == [
+        [
+            "alpha",
+            "SPIKE",
+            "2026-01-05 00:20",
+            "2026-01-05 00:25",
+            "1",
+            "2026-01-05 00:20",
+            "180",
+        ]
     ]
-    assert "1 queries, 24 windows, 1 spikes, 0 dips" in "".join(page.text)
 
 
-def test_anomalies_without_scores_are_still_reported(tmp_path):
+def test_episodes_without_scores_are_still_reported(tmp_path):
     write_job(tmp_path, ANOMALIES[:2], scores=[])
     page = Page(report(tmp_path))
-    assert page.headings == ["alpha", "gamma"]
-    assert [row[5] for row in page.rows if row] == ["0.0", "0.0"]
+    assert [row[0] for row in page.rows if row] == ["alpha"]
+    assert len(page.images) == 1
 
 
 @pytest.mark.parametrize("with_scores", [True, False])
@@ -211,6 +279,6 @@ def test_cli_writes_a_report_on_the_anomalous_queries(tmp_path):
     queries = {json.loads(line)["query"] for line in lines if line}
     assert queries, "seed 2 has injected episodes"
     page = Page((tmp_path / "report.html").read_text(encoding="utf-8"))
-    # Six queries are under the default top 10: every anomalous one is shown.
-    assert set(page.headings) == queries
-    assert len(page.images) == len(queries)
+    # Fewer episodes than the default top 20: every one is shown.
+    assert {row[0] for row in page.rows if row} == queries
+    assert len(page.images) == len([r for r in page.rows if r])

@@ -96,4 +96,4 @@ def test_overrides_keep_yaml_types():
     )
     assert config["detector"]["threshold"] == 6
     assert config["window"]["late_policy"] == "correct"
-    assert defaults["detector"]["threshold"] == 4.0
+    assert defaults["detector"]["threshold"] == 5.0

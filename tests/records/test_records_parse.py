@@ -167,7 +167,7 @@ def test_query_of_exactly_the_maximum_length_is_accepted():
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(1, 1), (7, 7), ("12", 12), (3.0, 3), (2**63 - 1, 2**63 - 1)],
+    [(0, 0), (1, 1), (7, 7), ("12", 12), (3.0, 3), (2**63 - 1, 2**63 - 1)],
 )
 def test_good_counts(value, expected):
     assert search(count=value).count == expected
@@ -185,7 +185,7 @@ def test_absent_count_defaults_to_one(value):
     ("value", "shown"),
     [
         (-3, "-3"),
-        (0, "0"),
+        (-1, "-1"),
         ("-3", "'-3'"),
         ("abc", "'abc'"),
         (True, "True"),
@@ -197,7 +197,7 @@ def test_absent_count_defaults_to_one(value):
 def test_bad_counts(value, shown):
     assert rejected(
         parse_search_query, {"query": "q", "event_time": T, "count": value}
-    ) == (f"field 'count' must be a positive integer, got {shown}")
+    ) == (f"field 'count' must be a non-negative integer, got {shown}")
 
 
 def test_empty_record_id_is_left_unset_and_a_number_is_rejected():

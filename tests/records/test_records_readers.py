@@ -76,7 +76,7 @@ def mixed_dead_letters(source: str) -> list[tuple]:
         (4, "JSON value is an array, not an object"),
         (5, "missing field 'query'"),
         (6, "field 'query' must be a string, got int"),
-        (7, "field 'count' must be a positive integer, got -3"),
+        (7, "field 'count' must be a non-negative integer, got -3"),
         (8, "field 'query' must be a non-empty string"),
         (9, "field 'event_time' must be between 2000-01-01 and 2100-01-01 UTC, got 1"),
         (
@@ -85,7 +85,7 @@ def mixed_dead_letters(source: str) -> list[tuple]:
             "raw form truncated to 4096 bytes",
         ),
         (11, "invalid UTF-8 at byte 14: invalid continuation byte"),
-        (13, "field 'count' must be a positive integer, got True"),
+        (13, "field 'count' must be a non-negative integer, got True"),
         (15, "JSON value is a string, not an object"),
     ]
     assert len(long_line) == 5042
@@ -290,7 +290,7 @@ def test_parquet_rows_with_timestamp_and_integer_times(tmp_path):
                     (
                         str(tmp_path / "stamped.parquet"),
                         "row 3",
-                        "field 'count' must be a positi",
+                        "field 'count' must be a non-ne",
                         b'{"query": "c", "event_time": "2024-01-01 00:00:02+00:00", '
                         b'"count": -3, "record_id": "r3"}',
                     ),
@@ -338,7 +338,7 @@ def test_gzipped_jsonl_is_decompressed_and_a_corrupt_gz_is_a_dead_letter(tmp_pat
     good.write_bytes(
         gzip.compress(
             b'{"query": "zipped", "event_time": 1700000000000}\n'
-            b'{"query": "zipped", "event_time": 1700000000001, "count": 0}\n'
+            b'{"query": "zipped", "event_time": 1700000000001, "count":-1}\n'
         )
     )
     corrupt = tmp_path / "corrupt.jsonl.gz"
@@ -360,7 +360,7 @@ def test_gzipped_jsonl_is_decompressed_and_a_corrupt_gz_is_a_dead_letter(tmp_pat
                         str(good),
                         "line 2",
                         "field 'count' mus",
-                        b'{"query": "zipped", "event_time": 1700000000001, "count": 0}',
+                        b'{"query": "zipped", "event_time": 1700000000001, "count":-1}',
                     ),
                     (str(corrupt), "line 1", "unreadable file a", b""),
                 ]

@@ -4,7 +4,7 @@ from apache_beam.testing.util import assert_that
 
 from testing.scenarios import ZeitgeistScenario
 from tests.zeitgeist.streaming import MINUTE, T0, streaming_pipeline, window_index
-from transforms.records.zeitgeist_pb2 import DIP, SPIKE
+from transforms.records.zeitgeist_pb2 import CLOSED, DIP, OPENED, SPIKE
 from transforms.zeitgeist.composite import ANOMALIES, SCORES, Zeitgeist
 from transforms.zeitgeist.params import DetectorParams, WindowParams
 
@@ -28,34 +28,50 @@ def test_dip_is_reported_when_the_watermark_passes_with_no_records():
     pipeline = streaming_pipeline()
     outputs = pipeline | scenario.build() | Zeitgeist(PARAMS, detector=DETECTOR)
 
-    def first_dip_is_window_30(anomalies):
-        dips = sorted(window_index(a.window_start) for a in anomalies if a.kind == DIP)
-        assert dips and dips[0] == 30, dips
-        assert all(a.actual == 0 for a in anomalies if a.kind == DIP)
-        assert not [a for a in anomalies if a.kind == SPIKE]
+    def one_dip_alert_in_the_second_silent_window(anomalies):
+        # One window, however far off, adds at most `max_deviation_sigma`
+        # minus the slack (5, not above the threshold of 5): the second
+        # silent window opens the episode.
+        assert [
+            (window_index(a.window_start), a.kind, a.status) for a in anomalies
+        ] == [(31, DIP, OPENED)]
+        (dip,) = anomalies
+        assert dip.actual == 0 and dip.episode_start == dip.window_start
 
     with pipeline:
-        assert_that(outputs[ANOMALIES], first_dip_is_window_30)
+        assert_that(outputs[ANOMALIES], one_dip_alert_in_the_second_silent_window)
 
 
-def test_spike_is_reported_in_the_window_it_starts():
-    scenario = steady(ZeitgeistScenario(), "q", windows=30, per_window=100, skip={20})
-    scenario.add("q", T0 + 20 * MINUTE + 10, count=250)
+def test_a_spike_raises_one_alert_and_a_summary_when_it_is_over():
+    spike = {20: 250, 21: 300, 22: 250}
+    scenario = steady(ZeitgeistScenario(), "q", windows=45, per_window=100, skip=spike)
+    for w, count in spike.items():
+        scenario.add("q", T0 + w * MINUTE + 10, count=count)
     pipeline = streaming_pipeline()
     outputs = pipeline | scenario.build() | Zeitgeist(PARAMS, detector=DETECTOR)
 
-    def one_spike_at_20(anomalies):
-        # After window 29 the traffic stops for good: dips, rightly.
-        while_active = [a for a in anomalies if window_index(a.window_start) < 30]
-        assert [(window_index(a.window_start), a.kind) for a in while_active] == [
-            (20, SPIKE)
+    def opened_at_21_closed_with_its_peak(anomalies):
+        while_active = sorted(
+            (a for a in anomalies if window_index(a.window_start) < 45),
+            key=lambda a: a.status,
+        )
+        assert [(a.status, a.kind) for a in while_active] == [
+            (OPENED, SPIKE),
+            (CLOSED, SPIKE),
         ]
-        (spike,) = while_active
-        assert spike.actual == 250 and abs(spike.expected - 100) < 5
-        assert spike.score == 1.0
+        alert, summary = while_active
+        assert window_index(alert.window_start) == 21
+        assert alert.actual == 300 and abs(alert.expected - 100) < 5
+        assert alert.score > 0.5
+        assert window_index(summary.episode_start) == 21
+        # Window 22 still deviates and keeps the evidence over the threshold.
+        assert window_index(summary.episode_end) == 23
+        assert summary.duration_windows == 2
+        assert window_index(summary.peak_window_start) == 21
+        assert summary.peak_actual == 300 and summary.peak_deviation > 6
 
     with pipeline:
-        assert_that(outputs[ANOMALIES], one_spike_at_20)
+        assert_that(outputs[ANOMALIES], opened_at_21_closed_with_its_peak)
 
 
 def check_scores(counts_by_query, check):
@@ -83,32 +99,40 @@ def check_scores(counts_by_query, check):
         assert_that(outputs[SCORES], matcher)
 
 
-def test_prediction_for_a_window_never_uses_that_window():
-    base = [50, 52, 48, 51, 49, 50, 53, 47, 50, 51, 49, 50, 52, 48, 50]
-    w = 11
+def test_prediction_and_score_for_a_window_never_use_later_windows():
+    base = [50, 52, 48, 51, 49, 50, 53, 47, 50, 51, 49, 50, 52, 48, 50, 49, 51]
+    w = 12
     changed = list(base)
     changed[w] = 400
 
-    def same_prediction_up_to_w(scores):
+    def same_up_to_w(scores):
         original, altered = scores["original"], scores["altered"]
         assert set(original) == set(altered) == set(range(len(base) + 5))
         for index in range(w + 1):
             assert original[index].expected == altered[index].expected
             assert original[index].stddev == altered[index].stddev
+        for index in range(w):
+            assert original[index].score == altered[index].score
+            assert original[index].deviation == altered[index].deviation
         assert altered[w].actual == 400
+        assert altered[w].score > original[w].score
         # Window w is folded in after its prediction: later ones move.
         assert original[w + 1].expected != altered[w + 1].expected
 
-    check_scores({"original": base, "altered": changed}, same_prediction_up_to_w)
+    check_scores({"original": base, "altered": changed}, same_up_to_w)
 
 
-def test_scores_lie_in_the_unit_interval_and_one_per_window():
-    counts = [20] * 15 + [0, 0, 90, 20, 20]
+def test_scores_rise_with_the_evidence_past_the_threshold():
+    counts = [20] * 15 + [0, 0, 0, 20, 20]
 
-    def bounded(scores):
+    def graded(scores):
         (by_window,) = scores.values()
-        assert all(0.0 <= s.score <= 1.0 for s in by_window.values())
         assert [by_window[i].actual for i in range(len(counts))] == counts
-        assert by_window[17].score == 1.0
+        assert all(0.0 <= s.score < 1.0 for s in by_window.values())
+        silent = [by_window[i].score for i in (15, 16, 17)]
+        # Each silent window adds evidence: the score goes on rising after
+        # it passes 0.5 (the threshold) instead of stopping there.
+        assert silent[0] <= 0.5 < silent[1] < silent[2]
+        assert by_window[14].score < silent[0]
 
-    check_scores({"q": counts}, bounded)
+    check_scores({"q": counts}, graded)

@@ -111,12 +111,14 @@ def by_query(models: dict[bytes, ModelState]) -> dict[str, ModelState]:
 def test_model_row_round_trips_model_state(bigtable_instance):
     state = ModelState(
         level=123.25,
-        trend=-0.5,
-        variance=17.0,
+        level_spread=1.5,
+        level_error=2.0,
         history=300,
         last_window_start=T0,
-        seasonal=[0.5, 1.0, 1.5],
+        season_roots=[0.5, float("nan"), 1.5],
+        season_offset=-0.5,
         excursion=-3,
+        excursion_sum=-12.0,
     )
     writer = ModelStore(config(bigtable_instance, "writer"))
     reader = ModelStore(config(bigtable_instance, "reader"))
@@ -307,10 +309,8 @@ def _folded(query: str, windows: range) -> tuple[ModelState, list[float]]:
     """The model after `windows`, and each window's prediction, by hand."""
     state, expected = ModelState(), []
     for w in windows:
-        prediction = forecast.fold(
-            state, MODEL, T0 + w * MINUTE, MINUTE, count(query, w)
-        )
-        expected.append(prediction.expected)
+        folded = forecast.fold(state, MODEL, T0 + w * MINUTE, MINUTE, count(query, w))
+        expected.append(folded.prediction.expected)
     return state, expected
 
 

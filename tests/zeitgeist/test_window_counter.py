@@ -15,7 +15,12 @@ from tests.zeitgeist.streaming import (
     window_index,
 )
 from transforms.millwheel.lateness import LateDataPolicy, LatePolicy
-from transforms.zeitgeist.composite import LATE_RECORDS, WINDOW_COUNTS, Zeitgeist
+from transforms.zeitgeist.composite import (
+    DEAD_LETTERS,
+    LATE_RECORDS,
+    WINDOW_COUNTS,
+    Zeitgeist,
+)
 from transforms.zeitgeist.params import WindowParams
 
 # The same assertions on the DirectRunner and on SparkRunner.
@@ -72,6 +77,44 @@ def test_idle_query_stops_producing_windows_after_the_horizon():
             as_row,
             "Windows",
         )
+
+
+def test_reported_zero_counts_keep_a_query_active_past_the_horizon():
+    # A pre-aggregated feed sends count 0 for quiet buckets: those windows are
+    # data, so the query stays active through them and its horizon counts
+    # from the last reported window, not the last search.
+    params = WindowParams(size_ms=MINUTE, activity_horizon_windows=1)
+    scenario = ZeitgeistScenario().add("q", T0, count=4)
+    for index in range(1, 5):
+        scenario.add("q", T0 + index * MINUTE, count=0)
+    scenario.advance_watermark(T0 + 20 * MINUTE)
+    pipeline, outputs = counts(params, scenario)
+    with pipeline:
+        expect(
+            outputs[WINDOW_COUNTS],
+            [("q", 0, 4, 0)] + [("q", i, 0, 0) for i in range(1, 6)],
+            as_row,
+            "Windows",
+        )
+
+
+def test_negative_counts_are_dead_letters_and_zero_is_not():
+    scenario = (
+        ZeitgeistScenario()
+        .add("q", T0, count=0)
+        .add("q", T0 + 1, count=-2)
+        .advance_watermark(T0 + 5 * MINUTE)
+    )
+    params = WindowParams(size_ms=MINUTE, activity_horizon_windows=0)
+    pipeline, outputs = counts(params, scenario)
+    with pipeline:
+        expect(
+            outputs[DEAD_LETTERS],
+            ["count must be a non-negative integer, got -2"],
+            lambda dead: dead.reason,
+            "Dead",
+        )
+        expect(outputs[WINDOW_COUNTS], [("q", 0, 0, 0)], as_row, "Windows")
 
 
 def test_query_returning_after_idling_resumes_without_filling_the_gap():

@@ -3,8 +3,8 @@
 A row is a mapping of field name to value as a JSON object, a CSV row or a
 Parquet row gives it. Each parser either returns a fully valid message or
 raises `InvalidRecord` with a reason a person can act on ("missing field
-'query'", "field 'count' must be a positive integer, got -3"). Parsers never
-raise anything else for bad data, so readers can route every failure to a
+'query'", "field 'count' must be a non-negative integer, got -3"). Parsers
+never raise anything else for bad data, so readers can route every failure to a
 dead-letter output.
 
 Rules shared by all record types:
@@ -65,7 +65,8 @@ def parse_search_query(row: Row) -> SearchQuery:
 
     `query` must be a non-blank string of at most `MAX_QUERY_CHARS`
     characters; it is stored as given, because normalisation belongs to the
-    keying step. `count` (default 1) must be an integer >= 1.
+    keying step. `count` (default 1) must be an integer >= 0: zero is a
+    quiet bucket of a pre-aggregated feed.
     """
     query = _required_str(row, "query")
     if len(query) > MAX_QUERY_CHARS:
@@ -166,9 +167,10 @@ def _count(row: Row) -> int | None:
     if value is None or value == "":
         return None  # unset reads as the proto default, 1
     count = _as_int(value)
-    if count is None or not 1 <= count <= _INT64_MAX:
+    # Zero is data: pre-aggregated feeds send it for a quiet bucket.
+    if count is None or not 0 <= count <= _INT64_MAX:
         raise InvalidRecord(
-            f"field 'count' must be a positive integer, got {_show(value)}"
+            f"field 'count' must be a non-negative integer, got {_show(value)}"
         )
     return count
 

@@ -2,7 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -12,9 +12,20 @@ class AnomalyKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ANOMALY_KIND_UNSPECIFIED: _ClassVar[AnomalyKind]
     SPIKE: _ClassVar[AnomalyKind]
     DIP: _ClassVar[AnomalyKind]
+
+class EpisodeStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EPISODE_STATUS_UNSPECIFIED: _ClassVar[EpisodeStatus]
+    OPENED: _ClassVar[EpisodeStatus]
+    CLOSED: _ClassVar[EpisodeStatus]
+    AMENDED: _ClassVar[EpisodeStatus]
 ANOMALY_KIND_UNSPECIFIED: AnomalyKind
 SPIKE: AnomalyKind
 DIP: AnomalyKind
+EPISODE_STATUS_UNSPECIFIED: EpisodeStatus
+OPENED: EpisodeStatus
+CLOSED: EpisodeStatus
+AMENDED: EpisodeStatus
 
 class SearchQuery(_message.Message):
     __slots__ = ("query", "event_time", "record_id", "count")
@@ -45,7 +56,7 @@ class WindowCount(_message.Message):
     def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., count: _Optional[int] = ..., revision: _Optional[int] = ..., previous_window_start: _Optional[int] = ...) -> None: ...
 
 class ModelUpdate(_message.Message):
-    __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "revision", "history", "previous_window_start")
+    __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "revision", "history", "previous_window_start", "deviation", "new_normal")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     WINDOW_END_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +66,8 @@ class ModelUpdate(_message.Message):
     REVISION_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_WINDOW_START_FIELD_NUMBER: _ClassVar[int]
+    DEVIATION_FIELD_NUMBER: _ClassVar[int]
+    NEW_NORMAL_FIELD_NUMBER: _ClassVar[int]
     query: str
     window_start: int
     window_end: int
@@ -64,28 +77,38 @@ class ModelUpdate(_message.Message):
     revision: int
     history: int
     previous_window_start: int
-    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., revision: _Optional[int] = ..., history: _Optional[int] = ..., previous_window_start: _Optional[int] = ...) -> None: ...
+    deviation: float
+    new_normal: bool
+    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., revision: _Optional[int] = ..., history: _Optional[int] = ..., previous_window_start: _Optional[int] = ..., deviation: _Optional[float] = ..., new_normal: _Optional[bool] = ...) -> None: ...
 
 class ModelState(_message.Message):
-    __slots__ = ("level", "trend", "variance", "history", "last_window_start", "seasonal", "excursion")
-    LEVEL_FIELD_NUMBER: _ClassVar[int]
-    TREND_FIELD_NUMBER: _ClassVar[int]
-    VARIANCE_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("history", "last_window_start", "excursion", "level", "level_spread", "level_error", "season_roots", "season_offset", "season_spread", "season_error", "excursion_sum")
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     LAST_WINDOW_START_FIELD_NUMBER: _ClassVar[int]
-    SEASONAL_FIELD_NUMBER: _ClassVar[int]
     EXCURSION_FIELD_NUMBER: _ClassVar[int]
-    level: float
-    trend: float
-    variance: float
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_SPREAD_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_ERROR_FIELD_NUMBER: _ClassVar[int]
+    SEASON_ROOTS_FIELD_NUMBER: _ClassVar[int]
+    SEASON_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SEASON_SPREAD_FIELD_NUMBER: _ClassVar[int]
+    SEASON_ERROR_FIELD_NUMBER: _ClassVar[int]
+    EXCURSION_SUM_FIELD_NUMBER: _ClassVar[int]
     history: int
     last_window_start: int
-    seasonal: _containers.RepeatedScalarFieldContainer[float]
     excursion: int
-    def __init__(self, level: _Optional[float] = ..., trend: _Optional[float] = ..., variance: _Optional[float] = ..., history: _Optional[int] = ..., last_window_start: _Optional[int] = ..., seasonal: _Optional[_Iterable[float]] = ..., excursion: _Optional[int] = ...) -> None: ...
+    level: float
+    level_spread: float
+    level_error: float
+    season_roots: _containers.RepeatedScalarFieldContainer[float]
+    season_offset: float
+    season_spread: float
+    season_error: float
+    excursion_sum: float
+    def __init__(self, history: _Optional[int] = ..., last_window_start: _Optional[int] = ..., excursion: _Optional[int] = ..., level: _Optional[float] = ..., level_spread: _Optional[float] = ..., level_error: _Optional[float] = ..., season_roots: _Optional[_Iterable[float]] = ..., season_offset: _Optional[float] = ..., season_spread: _Optional[float] = ..., season_error: _Optional[float] = ..., excursion_sum: _Optional[float] = ...) -> None: ...
 
 class Anomaly(_message.Message):
-    __slots__ = ("query", "kind", "window_start", "window_end", "actual", "expected", "score", "revision")
+    __slots__ = ("query", "kind", "window_start", "window_end", "actual", "expected", "score", "revision", "status", "episode_start", "episode_end", "peak_window_start", "peak_deviation", "peak_actual", "peak_expected", "duration_windows")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +117,14 @@ class Anomaly(_message.Message):
     EXPECTED_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_START_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_END_FIELD_NUMBER: _ClassVar[int]
+    PEAK_WINDOW_START_FIELD_NUMBER: _ClassVar[int]
+    PEAK_DEVIATION_FIELD_NUMBER: _ClassVar[int]
+    PEAK_ACTUAL_FIELD_NUMBER: _ClassVar[int]
+    PEAK_EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     query: str
     kind: AnomalyKind
     window_start: int
@@ -102,10 +133,36 @@ class Anomaly(_message.Message):
     expected: float
     score: float
     revision: int
-    def __init__(self, query: _Optional[str] = ..., kind: _Optional[_Union[AnomalyKind, str]] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., score: _Optional[float] = ..., revision: _Optional[int] = ...) -> None: ...
+    status: EpisodeStatus
+    episode_start: int
+    episode_end: int
+    peak_window_start: int
+    peak_deviation: float
+    peak_actual: int
+    peak_expected: float
+    duration_windows: int
+    def __init__(self, query: _Optional[str] = ..., kind: _Optional[_Union[AnomalyKind, str]] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., score: _Optional[float] = ..., revision: _Optional[int] = ..., status: _Optional[_Union[EpisodeStatus, str]] = ..., episode_start: _Optional[int] = ..., episode_end: _Optional[int] = ..., peak_window_start: _Optional[int] = ..., peak_deviation: _Optional[float] = ..., peak_actual: _Optional[int] = ..., peak_expected: _Optional[float] = ..., duration_windows: _Optional[int] = ...) -> None: ...
+
+class DetectorState(_message.Message):
+    __slots__ = ("spike", "dip", "evidence_mean", "last_window_start", "quiet_windows", "episode", "episode_last_abnormal")
+    SPIKE_FIELD_NUMBER: _ClassVar[int]
+    DIP_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_MEAN_FIELD_NUMBER: _ClassVar[int]
+    LAST_WINDOW_START_FIELD_NUMBER: _ClassVar[int]
+    QUIET_WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_LAST_ABNORMAL_FIELD_NUMBER: _ClassVar[int]
+    spike: float
+    dip: float
+    evidence_mean: float
+    last_window_start: int
+    quiet_windows: int
+    episode: Anomaly
+    episode_last_abnormal: int
+    def __init__(self, spike: _Optional[float] = ..., dip: _Optional[float] = ..., evidence_mean: _Optional[float] = ..., last_window_start: _Optional[int] = ..., quiet_windows: _Optional[int] = ..., episode: _Optional[_Union[Anomaly, _Mapping]] = ..., episode_last_abnormal: _Optional[int] = ...) -> None: ...
 
 class WindowScore(_message.Message):
-    __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "score", "spike_confidence", "dip_confidence", "revision", "history")
+    __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "score", "spike_confidence", "dip_confidence", "revision", "history", "deviation")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     WINDOW_END_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +174,7 @@ class WindowScore(_message.Message):
     DIP_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
+    DEVIATION_FIELD_NUMBER: _ClassVar[int]
     query: str
     window_start: int
     window_end: int
@@ -128,4 +186,5 @@ class WindowScore(_message.Message):
     dip_confidence: float
     revision: int
     history: int
-    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., score: _Optional[float] = ..., spike_confidence: _Optional[float] = ..., dip_confidence: _Optional[float] = ..., revision: _Optional[int] = ..., history: _Optional[int] = ...) -> None: ...
+    deviation: float
+    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., score: _Optional[float] = ..., spike_confidence: _Optional[float] = ..., dip_confidence: _Optional[float] = ..., revision: _Optional[int] = ..., history: _Optional[int] = ..., deviation: _Optional[float] = ...) -> None: ...

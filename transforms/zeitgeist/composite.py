@@ -37,7 +37,7 @@ class KeyByQuery(beam.DoFn):
 
     Searches read by `transforms.records` are already valid; this guards the
     in-memory path (records built by another job or a test), where an empty
-    key or a non-positive count would corrupt the counts without a trace.
+    key or a negative count would corrupt the counts without a trace.
     """
 
     def __init__(self, key_fn: Callable[[str], str]):
@@ -49,8 +49,8 @@ class KeyByQuery(beam.DoFn):
         key = self._key_fn(search.query)
         if not key:
             reason = "query is empty after normalization"
-        elif search.count < 1:
-            reason = f"count must be a positive integer, got {search.count}"
+        elif search.count < 0:
+            reason = f"count must be a non-negative integer, got {search.count}"
         elif not search.HasField("event_time"):
             reason = "missing field 'event_time'"
         if reason is None:
@@ -75,10 +75,13 @@ class Zeitgeist(beam.PTransform):
     timestamped with its event time (the watermark is the runner's, set by
     the source). The result is a dict of PCollections:
 
-    - ``anomalies``: `Anomaly` records, one per abnormal window;
+    - ``anomalies``: `Anomaly` records of spike and dip episodes: an
+      `OPENED` alert when one starts, a `CLOSED` summary when it ends (see
+      `transforms.zeitgeist.episodes`);
     - ``window_counts``: `WindowCount` per query and window, zero counts
       included while the query is active, corrections with revision > 0;
-    - ``scores``: `WindowScore` per query and window, score in [0, 1];
+    - ``scores``: `WindowScore` per query and window, a graded score in
+      [0, 1), 0.5 at the alert threshold;
     - ``late``: `SearchQuery` records that came after their window was
       emitted and were not folded in (see `transforms.millwheel.lateness`);
     - ``dead_letters``: `DeadLetter` records for unusable searches.

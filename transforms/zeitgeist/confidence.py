@@ -1,76 +1,72 @@
-"""Accumulated confidence that a query is spiking or dipping.
+"""Accumulated evidence that a query is spiking or dipping, and its score.
 
-The paper's `UpdateConfidence`, written as two one-sided CUSUMs over a
-standardised residual z: each window adds ``z - slack`` to the spike
-confidence and ``-z - slack`` to the dip confidence, neither going below zero
-nor above a cap. A single noisy window rarely passes the threshold; a real
-episode does within a window or two.
+The paper's `UpdateConfidence`, written as two one-sided CUSUMs over the
+model's deviation z (in the query's own spreads of noise): each window adds
+``z - slack`` to the spike evidence and ``-z - slack`` to the dip evidence,
+neither going below zero, and a window back to normal drains either to
+half the threshold. A single noisy window rarely passes the threshold; a
+real episode does within a window or two. Three guards keep
+real traffic from alarming all day:
 
-Search counts are Poisson-like, skewed at low rates: a query expected 5
-times seeing 11 is far likelier than a Gaussian z of 2.7 says. So z is taken
-on Anscombe's square-root scale, where Poisson noise is close to N(0, 1), and
-scaled down by how much noisier than Poisson the model found the query.
+- z is clipped at `max_deviation_sigma`: one burst, however tall, cannot
+  open an episode alone, so heavy tails need a second window;
+- the evidence is divided by ``1 + burst_tolerance * m``, m being its own
+  long-run mean: a query whose evidence often runs high needs more;
+- when the model adopts a lasting shift as the new normal, the evidence
+  against the old one is dropped.
+
+The score ``e / (e + threshold)`` is in [0, 1), 0.5 at the threshold, and
+keeps rising with the evidence, so a user can pick an operating point.
 """
 
 import dataclasses
-import math
 
-from transforms.records.zeitgeist_pb2 import ModelUpdate
+from transforms.records.zeitgeist_pb2 import DetectorState, ModelUpdate
 from transforms.zeitgeist.params import DetectorParams
 
-
-@dataclasses.dataclass(frozen=True)
-class Confidence:
-    spike: float = 0.0
-    dip: float = 0.0
+# Evidence beyond this many thresholds adds no more to the long-run mean:
+# one long episode must not make a query deaf for days.
+MEAN_CAP_THRESHOLDS = 3.0
 
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """The confidence after a window, and which anomaly (if any) it shows."""
+    """One window's evidence (normalised), score, and direction if abnormal."""
 
-    confidence: Confidence
-    kind: str | None
+    evidence: float
     score: float
+    kind: str | None
 
 
 def update_confidence(
-    before: Confidence, update: ModelUpdate, params: DetectorParams
+    state: DetectorState, update: ModelUpdate, params: DetectorParams
 ) -> Verdict:
-    """Fold one window's residual into `before`.
-
-    A window is reported only if the confidence is past the threshold *and*
-    the window itself deviates in that direction, so the windows after an
-    episode, while the confidence drains, are not reported.
-    """
-    if update.history < params.min_history_windows or update.stddev <= 0:
-        return Verdict(Confidence(), None, 0.0)
-    z = standardised_residual(update.actual, update.expected, update.stddev)
-    cap = params.threshold * params.max_confidence_factor
-    spike = before.spike + z - params.slack_sigma
+    """Fold one window's deviation into `state` (in place); judge the window."""
+    if update.history < params.min_history_windows:
+        return Verdict(0.0, 0.0, None)
+    limit = params.max_deviation_sigma
+    z = max(-limit, min(limit, update.deviation))
+    spike = max(state.spike + z - params.slack_sigma, 0.0)
+    dip = max(state.dip - z - params.slack_sigma, 0.0)
     if update.expected < params.min_expected_for_spike:
         spike = 0.0
-    dip = before.dip - z - params.slack_sigma
     if update.expected < params.min_expected_for_dip:
         dip = 0.0
-    # A window back to normal drains what an episode accumulated, so its
-    # tail is not reported on the next noisy window.
+    # A window back to normal drains what an episode accumulated, so that
+    # the episode can close and its tail is not an episode of its own.
     if z <= params.slack_sigma:
         spike = min(spike, params.threshold / 2)
     if -z <= params.slack_sigma:
         dip = min(dip, params.threshold / 2)
-    after = Confidence(spike=min(max(spike, 0.0), cap), dip=min(max(dip, 0.0), cap))
+    raw = max(spike, dip)
+    evidence = raw / (1.0 + params.burst_tolerance * state.evidence_mean)
+    rate = 1.0 / params.evidence_memory_windows
+    capped = min(raw, MEAN_CAP_THRESHOLDS * params.threshold)
+    state.evidence_mean += rate * (capped - state.evidence_mean)
+    state.spike, state.dip = spike, dip
+    if update.new_normal:
+        state.spike = state.dip = 0.0
     kind = None
-    if after.spike > params.threshold and z > params.slack_sigma:
-        kind = "SPIKE"
-    elif after.dip > params.threshold and -z > params.slack_sigma:
-        kind = "DIP"
-    score = min(max(after.spike, after.dip) / params.threshold, 1.0)
-    return Verdict(after, kind, score)
-
-
-def standardised_residual(actual: float, expected: float, stddev: float) -> float:
-    """How unusual `actual` is, in standard deviations of Poisson-like noise."""
-    anscombe = 2.0 * (math.sqrt(actual + 0.375) - math.sqrt(max(expected, 0.0) + 0.375))
-    overdispersion = stddev / math.sqrt(max(expected, 1.0))
-    return anscombe / max(overdispersion, 1.0)
+    if evidence > params.threshold:
+        kind = "SPIKE" if spike >= dip else "DIP"
+    return Verdict(evidence, evidence / (evidence + params.threshold), kind)

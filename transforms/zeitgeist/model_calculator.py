@@ -7,6 +7,7 @@ emits a `ModelUpdate` holding the count next to the prediction that was made
 run: seeded from Bigtable, persisted back to it (`model_store`).
 """
 
+import dataclasses
 import logging
 
 import apache_beam as beam
@@ -69,7 +70,10 @@ class ModelCalculator(beam.DoFn):
     RECENT = ReadModifyWriteStateSpec(
         "recent",
         MapCoder(
-            VarIntCoder(), TupleCoder((FloatCoder(), FloatCoder(), VarIntCoder()))
+            VarIntCoder(),
+            TupleCoder(
+                (FloatCoder(), FloatCoder(), VarIntCoder(), FloatCoder(), FloatCoder())
+            ),
         ),
     )
     TOKEN = ReadModifyWriteStateSpec("token", VarIntCoder())
@@ -161,15 +165,14 @@ class ModelCalculator(beam.DoFn):
                 # have seen it.
                 self._already_folded.inc()
                 continue
-            prediction = fold(
+            folded = fold(
                 state, self._params, ready.window_start, self._window_ms, ready.count
             )
-            predictions[ready.window_start] = (
-                prediction.expected,
-                prediction.stddev,
-                prediction.history,
+            predictions[ready.window_start] = dataclasses.astuple(folded.prediction)
+            yield (
+                key,
+                _update(key, ready, folded.prediction, emitted, folded.new_normal),
             )
-            yield key, _update(key, ready, prediction, emitted)
             emitted = ready.window_start
         if emitted is None:
             # Nothing folded: the model is unchanged, the chain moved on.
@@ -262,7 +265,11 @@ class ModelCalculator(beam.DoFn):
 
 
 def _update(
-    key: str, window: WindowCount, prediction: Prediction, previous: int | None
+    key: str,
+    window: WindowCount,
+    prediction: Prediction,
+    previous: int | None,
+    new_normal: bool = False,
 ) -> ModelUpdate:
     update = ModelUpdate(
         query=key,
@@ -273,6 +280,8 @@ def _update(
         stddev=prediction.stddev,
         revision=window.revision,
         history=prediction.history,
+        deviation=prediction.deviation(window.count),
+        new_normal=new_normal,
     )
     if previous is not None:
         update.previous_window_start = previous

@@ -36,73 +36,90 @@ class WindowParams:
 
 @dataclasses.dataclass(frozen=True)
 class ModelParams:
-    """Exponentially weighted level/trend/variance model per query.
+    """Per-query model of the counts on the square-root scale.
 
-    `alpha`, `beta` and `variance_alpha` weight the newest window in the level,
-    trend and variance. A run of windows that starts beyond
-    `excursion_sigma` standard deviations (and continues while beyond
-    `excursion_exit_sigma`, same side) is an excursion: for its first
-    `max_excursion_windows` windows observations are clipped to
-    `robust_clip_sigma` and weighted by `outlier_weight`, so an episode
-    barely moves the model (else its end would look like a dip) while a
-    lasting shift is learned once it has lasted. `seasonality` is "none", "daily" or
-    "weekly"; its factors learn at rate `seasonal_alpha`.
+    Two predictors run side by side: an exponentially weighted level
+    (weight `alpha` for the newest window) and a seasonal one, the median
+    of the same slot in the last `seasonal_periods` seasons plus an offset.
+    Each keeps its spread (mean absolute residual, clipped at `clip_sigma`
+    spreads, weight `spread_alpha`) and its unclipped mean absolute error
+    (weight `error_alpha`); the seasonal one is used while its error is
+    below `seasonal_choice_ratio` times the level's. `seasonality` is the
+    season tried: "auto" (daily), "daily", "weekly", or "none".
+
+    A run of windows that starts beyond `excursion_sigma` spreads (and goes
+    on while beyond `excursion_exit_sigma`, same side) is an excursion: for
+    its first `max_excursion_windows` windows the model learns with weight
+    `outlier_weight` (an episode must not become the new normal, or its end
+    would look like a dip); after that the run's mean shift is adopted.
     """
 
     alpha: float = 0.25
-    beta: float = 0.02
-    trend_damping: float = 0.9
-    variance_alpha: float = 0.05
-    robust_clip_sigma: float = 3.0
+    spread_alpha: float = 0.02
+    error_alpha: float = 0.02
+    clip_sigma: float = 4.0
     outlier_weight: float = 0.05
     excursion_sigma: float = 3.0
     excursion_exit_sigma: float = 1.5
     max_excursion_windows: int = 24
-    seasonality: str = "none"
-    seasonal_alpha: float = 0.2
+    seasonality: str = "auto"
+    seasonal_periods: int = 3
+    seasonal_choice_ratio: float = 0.8
 
     def __post_init__(self) -> None:
-        for name in ("alpha", "beta", "variance_alpha", "seasonal_alpha"):
+        for name in ("alpha", "spread_alpha", "error_alpha", "outlier_weight"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"model.{name} must be in (0, 1], got {value}")
-        if not 0.0 <= self.trend_damping <= 1.0:
-            raise ValueError("model.trend_damping must be in [0, 1]")
         if self.seasonality not in SEASON_MS:
             choices = ", ".join(SEASON_MS)
             raise ValueError(
                 f"unknown seasonality {self.seasonality!r}; expected one of: {choices}"
             )
+        if self.seasonal_periods < 1 or self.max_excursion_windows < 1:
+            raise ValueError(
+                "model.seasonal_periods and model.max_excursion_windows must be >= 1"
+            )
 
 
-SEASON_MS = {"none": 0, "daily": DAY_MS, "weekly": 7 * DAY_MS}
+SEASON_MS = {"auto": DAY_MS, "none": 0, "daily": DAY_MS, "weekly": 7 * DAY_MS}
 
 
 @dataclasses.dataclass(frozen=True)
 class DetectorParams:
-    """CUSUM-style confidence accumulation, as the paper's UpdateConfidence.
+    """Evidence accumulation, as the paper's UpdateConfidence, and episodes.
 
-    Each window adds ``|z| - slack_sigma`` to the spike (z > 0) or dip (z < 0)
-    confidence, which never drops below zero; an anomaly is reported while a
-    confidence exceeds `threshold`. Dips need an expected count of at least
-    `min_expected_for_dip`: the absence of a handful of searches is noise.
-    The detector stays quiet until the model has seen `min_history_windows`.
+    Each window's deviation z (the model's, in spreads of noise, clipped at
+    `max_deviation_sigma` so that one burst alone cannot raise an alert)
+    adds ``z - slack_sigma`` to the spike evidence and ``-z - slack_sigma``
+    to the dip evidence, neither going below zero. The evidence is divided
+    by ``1 + burst_tolerance * m``, m being its own mean over about
+    `evidence_memory_windows` windows: bursty queries need more to alert.
+    An episode opens when that passes `threshold`, and closes after
+    `close_after_windows` windows in a row below half of it. Dips need an
+    expected count of at least `min_expected_for_dip`. The detector stays
+    quiet until the model has seen `min_history_windows`.
     """
 
     slack_sigma: float = 1.0
-    threshold: float = 4.0
+    threshold: float = 5.0
+    max_deviation_sigma: float = 6.0
+    burst_tolerance: float = 3.0
+    evidence_memory_windows: int = 2000
+    close_after_windows: int = 12
     min_expected_for_dip: float = 5.0
     min_expected_for_spike: float = 0.0
     min_history_windows: int = 12
-    # Confidence is capped so that it drains within a few windows once an
-    # episode is over.
-    max_confidence_factor: float = 2.0
 
     def __post_init__(self) -> None:
         if self.threshold <= 0:
             raise ValueError(f"detector.threshold must be > 0, got {self.threshold}")
-        if self.slack_sigma < 0:
-            raise ValueError("detector.slack_sigma must be >= 0")
+        if self.slack_sigma < 0 or self.burst_tolerance < 0:
+            raise ValueError("detector.slack_sigma and burst_tolerance must be >= 0")
+        if self.evidence_memory_windows < 1 or self.close_after_windows < 1:
+            raise ValueError(
+                "detector.evidence_memory_windows and close_after_windows must be >= 1"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

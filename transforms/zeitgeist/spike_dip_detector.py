@@ -1,7 +1,7 @@
-"""Reporting spikes and dips from model updates, in window order per query."""
+"""Reporting spike and dip episodes from model updates, in window order."""
 
 import apache_beam as beam
-from apache_beam.coders import FloatCoder, MapCoder, ProtoCoder, TupleCoder, VarIntCoder
+from apache_beam.coders import MapCoder, ProtoCoder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 
@@ -9,10 +9,13 @@ from transforms.millwheel.sequencing import previous_window, release_in_sequence
 from transforms.records.zeitgeist_pb2 import (
     Anomaly,
     AnomalyKind,
+    DetectorState,
+    EpisodeStatus,
     ModelUpdate,
     WindowScore,
 )
-from transforms.zeitgeist.confidence import Confidence, Verdict, update_confidence
+from transforms.zeitgeist.confidence import Verdict, update_confidence
+from transforms.zeitgeist.episodes import advance, amended
 from transforms.zeitgeist.params import DetectorParams
 
 SCORES = "scores"
@@ -20,38 +23,41 @@ METRICS_NAMESPACE = "millwheel.zeitgeist"
 
 
 class SpikeDipDetector(beam.DoFn):
-    """`(query, ModelUpdate)` to `Anomaly`, plus a `WindowScore` per window.
+    """`(query, ModelUpdate)` to `Anomaly` episode records, plus a `WindowScore`.
 
     Keyed by query. Updates are scored in window order, following each
-    update's link to the previous window (the confidence accumulates across
+    update's link to the previous window (the evidence accumulates across
     consecutive windows, so order matters); an update that arrives before
     its predecessor waits in `pending`. Every window yields a `WindowScore`
-    on the `scores` tag; windows whose confidence passes the threshold also
-    yield an `Anomaly` on the main output.
+    on the `scores` tag. The main output has one `OPENED` record per episode,
+    emitted in the window where it opens (the alert), and one `CLOSED`
+    record when it ends (see `transforms.zeitgeist.episodes`). No timers: an
+    episode closes on the quiet windows that follow it, so one still open
+    when a bounded input ends has no `CLOSED` record.
 
-    State, per query: `pending` updates waiting for their predecessor;
-    `confidence`, the spike and dip confidences and the last window scored;
-    `recent`, the confidence before each window within `retain_ms`, so that a
-    late correction (revision > 0) is re-scored from where its window
-    started. A correction re-scores its own window only; later windows keep
-    their verdicts.
+    State, per query, for the key's lifetime: `pending` updates waiting for
+    their predecessor; `detector`, the `DetectorState` (evidence, its
+    long-run mean, the open episode, the last window scored); `recent`, the
+    state before each window within `retain_ms`, so that a late correction
+    (revision > 0) is re-scored from where its window started. A correction
+    re-scores its own window only, and if that window is now abnormal it
+    yields an `AMENDED` one-window episode with the correction's revision.
     """
 
     PENDING = BagStateSpec("pending", ProtoCoder(ModelUpdate))
-    CONFIDENCE = ReadModifyWriteStateSpec(
-        "confidence", TupleCoder((FloatCoder(), FloatCoder(), VarIntCoder()))
-    )
+    DETECTOR = ReadModifyWriteStateSpec("detector", ProtoCoder(DetectorState))
     RECENT = ReadModifyWriteStateSpec(
-        "recent", MapCoder(VarIntCoder(), TupleCoder((FloatCoder(), FloatCoder())))
+        "recent", MapCoder(VarIntCoder(), ProtoCoder(DetectorState))
     )
 
     def __init__(self, params: DetectorParams, retain_ms: int = 0):
         self._params = params
         self._retain_ms = retain_ms
-        self._anomalies = {
+        self._episodes = {
             kind: Metrics.counter(METRICS_NAMESPACE, f"{kind.lower()}s_detected")
             for kind in ("SPIKE", "DIP")
         }
+        self._closed = Metrics.counter(METRICS_NAMESPACE, "episodes_closed")
         self._gaps = Metrics.counter(METRICS_NAMESPACE, "detector_sequence_gaps")
         self._unmatched = Metrics.counter(
             METRICS_NAMESPACE, "corrections_without_confidence"
@@ -61,24 +67,18 @@ class SpikeDipDetector(beam.DoFn):
         self,
         element,
         pending=beam.DoFn.StateParam(PENDING),
-        confidence=beam.DoFn.StateParam(CONFIDENCE),
+        detector=beam.DoFn.StateParam(DETECTOR),
         recent=beam.DoFn.StateParam(RECENT),
     ):
         _, update = element
         if update.revision > 0:
-            before = (recent.read() or {}).get(update.window_start)
-            if before is None:
-                self._unmatched.inc()
-                return
-            verdict = update_confidence(Confidence(*before), update, self._params)
-            yield from self._emit(update, verdict)
+            yield from self._correct(update, recent)
             return
-        stored = confidence.read()
-        current = Confidence(*stored[:2]) if stored else Confidence()
+        state = detector.read() or DetectorState()
         due, forced = release_in_sequence(
             pending,
             update,
-            stored[2] if stored else None,
+            state.last_window_start if state.HasField("last_window_start") else None,
             lambda u: u.window_start,
             previous_window,
         )
@@ -88,43 +88,59 @@ class SpikeDipDetector(beam.DoFn):
             return
         befores = (recent.read() or {}) if self._retain_ms else {}
         for ready in due:
-            befores[ready.window_start] = (current.spike, current.dip)
-            verdict = update_confidence(current, ready, self._params)
-            current = verdict.confidence
-            yield from self._emit(ready, verdict)
-        last_start = due[-1].window_start
-        confidence.write((current.spike, current.dip, last_start))
+            if self._retain_ms:
+                befores[ready.window_start] = _copy(state)
+            verdict = update_confidence(state, ready, self._params)
+            yield _score(ready, verdict, state)
+            record = advance(state, ready, verdict, self._params)
+            if record is not None:
+                yield self._count(record)
+        state.last_window_start = due[-1].window_start
+        detector.write(state)
         if self._retain_ms:
-            horizon = last_start - self._retain_ms
+            horizon = state.last_window_start - self._retain_ms
             recent.write({s: c for s, c in befores.items() if s > horizon})
 
-    def _emit(self, update: ModelUpdate, verdict: Verdict):
-        yield beam.pvalue.TaggedOutput(
-            SCORES,
-            WindowScore(
-                query=update.query,
-                window_start=update.window_start,
-                window_end=update.window_end,
-                actual=update.actual,
-                expected=update.expected,
-                stddev=update.stddev,
-                score=verdict.score,
-                spike_confidence=verdict.confidence.spike,
-                dip_confidence=verdict.confidence.dip,
-                revision=update.revision,
-                history=update.history,
-            ),
-        )
-        if verdict.kind is None:
+    def _correct(self, update: ModelUpdate, recent):
+        before = (recent.read() or {}).get(update.window_start)
+        if before is None:
+            self._unmatched.inc()
             return
-        self._anomalies[verdict.kind].inc()
-        yield Anomaly(
+        state = _copy(before)
+        verdict = update_confidence(state, update, self._params)
+        yield _score(update, verdict, state)
+        if verdict.kind is not None:
+            yield self._count(amended(update, verdict))
+
+    def _count(self, record: Anomaly) -> Anomaly:
+        if record.status == EpisodeStatus.CLOSED:
+            self._closed.inc()
+        else:
+            self._episodes[AnomalyKind.Name(record.kind)].inc()
+        return record
+
+
+def _score(update: ModelUpdate, verdict: Verdict, state: DetectorState):
+    return beam.pvalue.TaggedOutput(
+        SCORES,
+        WindowScore(
             query=update.query,
-            kind=AnomalyKind.Value(verdict.kind),
             window_start=update.window_start,
             window_end=update.window_end,
             actual=update.actual,
             expected=update.expected,
+            stddev=update.stddev,
             score=verdict.score,
+            spike_confidence=state.spike,
+            dip_confidence=state.dip,
             revision=update.revision,
-        )
+            history=update.history,
+            deviation=update.deviation,
+        ),
+    )
+
+
+def _copy(state: DetectorState) -> DetectorState:
+    copy = DetectorState()
+    copy.CopyFrom(state)
+    return copy

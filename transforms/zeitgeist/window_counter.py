@@ -40,6 +40,10 @@ from transforms.zeitgeist.pending_windows import PendingWindows
 
 LATE = "late"
 METRICS_NAMESPACE = "millwheel.zeitgeist"
+# The count that marks a bounded input's end-of-input punctuation. Searches
+# never carry it: `KeyByQuery` dead-letters negative counts, and zero is data
+# (a quiet bucket of a pre-aggregated feed).
+INPUT_END_COUNT = -1
 
 
 class CombineWithinBundle(beam.DoFn):
@@ -101,7 +105,8 @@ class WindowCounter(beam.DoFn):
         window, searches of windows ending by then being late; `watermark`,
         the key's view of the low watermark (its latest timer firing), which
         decides whether a late search is still within the allowed lateness;
-        `last_active`, the start of the latest window that had searches; and
+        `last_active`, the start of the latest window that had searches (or
+        a reported count of zero); and
         `input_end`, where a bounded input's data stops. Kept for the key's
         lifetime;
       - `retained`: counts of emitted windows still open to corrections
@@ -145,7 +150,7 @@ class WindowCounter(beam.DoFn):
     ):
         key, search = element
         known = _progress(progress)
-        if search.count == 0:
+        if search.count == INPUT_END_COUNT:
             # The end-of-input punctuation of a bounded input (see
             # CountWindows): no search, just where the data stops.
             progress.write(known._replace(input_end=search.event_time))
@@ -205,9 +210,11 @@ class WindowCounter(beam.DoFn):
         # complete, whichever of their timers happened to fire first.
         previous = None if emitted is None else emitted - size
         for start in self._windows_due(counts, active, emitted, fire_end, input_end):
-            count = counts.pop(start, 0)
-            if count:
+            # A window that was reported, even with a count of zero, is
+            # activity: a pre-aggregated feed's quiet buckets keep it alive.
+            if start in counts:
                 active = start
+            count = counts.pop(start, 0)
             self._emitted.inc()
             if not count:
                 self._zero.inc()
@@ -339,7 +346,8 @@ class CountWindows(beam.PTransform):
         if keyed_searches.is_bounded:
             # A bounded input ends: past its last search the counts are
             # unknown, and zero-count windows there would be false dips. Each
-            # key gets a punctuation (count 0) carrying the input's end.
+            # key gets a punctuation (`INPUT_END_COUNT`) carrying the input's
+            # end.
             combined = (
                 combined,
                 keyed_searches | "InputEnd" >> _InputEndPunctuation(),
@@ -352,7 +360,7 @@ class CountWindows(beam.PTransform):
 
 
 class _InputEndPunctuation(beam.PTransform):
-    """One `(key, SearchQuery(count=0, event_time=end))` per key of a bounded input."""
+    """One `(key, SearchQuery(count=INPUT_END_COUNT, event_time=end))` per key."""
 
     def expand(self, keyed_searches):
         end = beam.pvalue.AsSingleton(
@@ -367,9 +375,13 @@ class _InputEndPunctuation(beam.PTransform):
             | "Punctuate"
             >> beam.Map(
                 lambda key, end_ms: beam.window.TimestampedValue(
-                    (key, SearchQuery(query=key, event_time=end_ms, count=0)),
+                    (key, _input_end(key, end_ms)),
                     to_timestamp(end_ms),
                 ),
                 end_ms=end,
             ).with_output_types(tuple[str, SearchQuery])
         )
+
+
+def _input_end(key: str, end_ms: int) -> SearchQuery:
+    return SearchQuery(query=key, event_time=end_ms, count=INPUT_END_COUNT)

@@ -1,0 +1,219 @@
+"""Detection quality of Zeitgeist on real labelled series, by NAB's rules.
+
+    python benchmarks/zeitgeist_real.py --data ../shared/data/labelled-series
+
+Every series of the folder (NAB's layout, see `testing.labelled_series`) goes
+through the real job, `python -m pipelines.zeitgeist --write_scores`, with
+the default configuration, as pre-aggregated counts: one CSV row
+`query,event_time,count` per series row, the query being the series' name.
+
+- Row i of a series becomes window i of its query (event time = the first
+  timestamp + i buckets), so that rows map to windows one to one: a few
+  series have duplicate, missing or out-of-order timestamps, and NAB scores
+  rows. The bucket is the series' most common spacing, and it is the run's
+  window size (one run per bucket size): the data's resolution, not tuning.
+- Values that are not whole numbers are scaled by the power of ten that
+  brings the median of the non-zero values to 1000 or more, then rounded;
+  negative values (one artificial series dips below zero) are counted as
+  zero.
+
+Printed per category, normalised NAB scores (standard profile) twice: the
+score stream at the single threshold that is best over all series, and the
+alerts as emitted (each alert's window is a detection); beside them the
+published anchors of the data README; then episode precision, recall, F1
+and median delay (rows) of the alerts; and the alerts per series per week on
+`artificialNoAnomaly`. Targets: alerts as emitted at least the best
+published figure on every real category, no alert on artificialNoAnomaly.
+"""
+
+import argparse
+import collections
+import csv
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from pipelines.outputs import read_output  # noqa: E402
+from testing.labelled_episodes import combined, episode_score  # noqa: E402
+from testing.labelled_series import Series, load_folder  # noqa: E402
+from testing.nab import (  # noqa: E402
+    LabelledFile,
+    best_threshold,
+    normalised,
+    raw_score,
+    raw_score_of_detections,
+)
+from transforms.records.zeitgeist_pb2 import (  # noqa: E402
+    Anomaly,
+    EpisodeStatus,
+    WindowScore,
+)
+from transforms.zeitgeist.query_keys import fold  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+WEEK_S = 7 * 24 * 3600
+NO_ANOMALY = "artificialNoAnomaly"
+# From the data README: best published detector, ARTime, Numenta HTM.
+ANCHORS = {
+    "realKnownCause": (63.9, 63.9, 55.5),
+    "realAdExchange": (76.9, 75.1, 76.9),
+    "realAWSCloudwatch": (73.4, 69.5, 73.4),
+    "realTraffic": (91.2, 86.9, 82.5),
+    "artificialWithAnomaly": (76.7, 70.4, 70.2),
+}
+
+
+def bucket_seconds(series: Series) -> int:
+    """The series' most common spacing between rows."""
+    gaps = collections.Counter(
+        int((b - a).total_seconds())
+        for a, b in zip(series.timestamps, series.timestamps[1:], strict=False)
+    )
+    return max((g for g in gaps if g > 0), key=lambda g: gaps[g])
+
+
+def as_counts(values: tuple[float, ...]) -> list[int]:
+    """Whole, non-negative counts, scaled by a power of ten if need be."""
+    if all(v == int(v) for v in values):
+        return [max(int(v), 0) for v in values]
+    median = statistics.median(abs(v) for v in values if v)
+    scale = 1
+    while median * scale < 1000:
+        scale *= 10
+    return [max(round(v * scale), 0) for v in values]
+
+
+def query_name(series: Series) -> str:
+    """The series' query, as the job keys it (case-folded)."""
+    return fold(series.name.removesuffix(".csv"))
+
+
+def first_window_ms(series: Series, bucket_s: int) -> int:
+    first_s = int(series.timestamps[0].timestamp())
+    return (first_s - first_s % bucket_s) * 1000
+
+
+def write_input(path: pathlib.Path, group: list[Series], bucket_s: int) -> None:
+    with open(path, "w", newline="") as handle:
+        out = csv.writer(handle)
+        out.writerow(["query", "event_time", "count"])
+        for series in group:
+            start = first_window_ms(series, bucket_s)
+            for i, count in enumerate(as_counts(series.values)):
+                out.writerow([query_name(series), start + i * bucket_s * 1000, count])
+
+
+def run_job(workdir: pathlib.Path, bucket_s: int) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.zeitgeist",
+            "--input",
+            str(workdir / "counts.csv"),
+            "--output",
+            str(workdir / "out"),
+            "--window_seconds",
+            str(bucket_s),
+            "--write_scores",
+        ],
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def per_row(series: Series, bucket_s: int, out: pathlib.Path):
+    """The series' per-row scores and the rows where alerts opened."""
+    start = first_window_ms(series, bucket_s)
+    step = bucket_s * 1000
+    n = len(series.values)
+    query = query_name(series)
+    scores = [0.0] * n
+    for score in read_output(out, "scores", WindowScore):
+        row = (score.window_start - start) // step
+        if score.query == query and 0 <= row < n and score.revision == 0:
+            scores[row] = score.score
+    alerts = sorted(
+        (a.window_start - start) // step
+        for a in read_output(out, "anomalies", Anomaly)
+        if a.query == query and is_alert(a)
+    )
+    return scores, [row for row in alerts if 0 <= row < n]
+
+
+def is_alert(anomaly: Anomaly) -> bool:
+    """An anomaly record that raises an alert (not an episode's summary)."""
+    return anomaly.status != EpisodeStatus.CLOSED
+
+
+def run_all(folder: pathlib.Path, workdir: pathlib.Path) -> dict:
+    everything = load_folder(folder)
+    groups: dict[int, list[Series]] = collections.defaultdict(list)
+    for series in everything:
+        groups[bucket_seconds(series)].append(series)
+    results = {}
+    for bucket_s, group in sorted(groups.items()):
+        run_dir = workdir / f"bucket_{bucket_s}"
+        run_dir.mkdir()
+        write_input(run_dir / "counts.csv", group, bucket_s)
+        run_job(run_dir, bucket_s)
+        for series in group:
+            scores, alerts = per_row(series, bucket_s, run_dir / "out")
+            results[series.name] = (series, bucket_s, scores, alerts)
+    return results
+
+
+def report(results: dict) -> str:
+    files = {
+        name: LabelledFile(name, scores, series.windows)
+        for name, (series, _, scores, _) in results.items()
+    }
+    threshold, _ = best_threshold(list(files.values()))
+    by_category = collections.defaultdict(list)
+    for name, (series, _, _, _) in results.items():
+        by_category[series.category].append(name)
+    lines = [
+        f"score stream at the best single threshold, {threshold:.6g}",
+        f"{'category':<24}{'stream':>8}{'alerts':>8}{'best pub':>10}"
+        f"{'ARTime':>8}{'HTM':>6}{'P':>7}{'R':>6}{'F1':>6}{'delay':>7}",
+    ]
+    for category in ANCHORS:
+        names = by_category[category]
+        windows = sum(len(files[n].scored_windows()) for n in names)
+        stream = sum(raw_score(files[n], threshold) for n in names)
+        alerts = sum(raw_score_of_detections(files[n], results[n][3]) for n in names)
+        episodes = combined(episode_score(files[n], results[n][3]) for n in names)
+        delay = episodes.median_delay
+        best, artime, htm = ANCHORS[category]
+        lines.append(
+            f"{category:<24}{normalised(stream, windows):>8.1f}"
+            f"{normalised(alerts, windows):>8.1f}{best:>10.1f}{artime:>8.1f}"
+            f"{htm:>6.1f}{episodes.precision:>7.2f}{episodes.recall:>6.2f}"
+            f"{episodes.f1:>6.2f}{'-' if delay is None else f'{delay:.0f}':>7}"
+        )
+    lines.append("")
+    lines.append(f"alerts per series per week on {NO_ANOMALY}:")
+    for name in by_category[NO_ANOMALY]:
+        series, bucket_s, _, alerts = results[name]
+        weeks = len(series.values) * bucket_s / WEEK_S
+        lines.append(f"  {name:<56}{len(alerts) / weeks:>6.2f}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=pathlib.Path, required=True)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        results = run_all(args.data, pathlib.Path(tmp))
+    print(report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
