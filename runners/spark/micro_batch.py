@@ -212,7 +212,7 @@ class MicroBatchTranslator(RddTranslator):
     def _translate_one(self, proto: beam_runner_api_pb2.PTransform) -> None:
         urn = proto.spec.urn
         outputs = list(proto.outputs.values())
-        main = set(proto.inputs.values()) - set(side_pcollections(proto))
+        main = _main_inputs(proto)
         if urn == IMPULSE:
             self._impulse(only_element(outputs))
         elif urn == TEST_STREAM_URN:
@@ -342,6 +342,15 @@ class MicroBatchTranslator(RddTranslator):
         self._meta.append(tagged.filter(functools.partial(_has_tag, META)).values())
         for ix, pcoll in enumerate(outputs):
             self._set(pcoll, tagged.filter(functools.partial(_has_tag, ix)).values())
+
+
+def _main_inputs(proto: beam_runner_api_pb2.PTransform) -> set[str]:
+    """What a primitive reads element by element. (A stage may read one
+    PCollection both ways, so side inputs cannot simply be subtracted.)"""
+    if proto.spec.urn != EXECUTABLE_STAGE:
+        return set(proto.inputs.values())
+    payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(proto.spec.payload)
+    return {payload.input}
 
 
 def _never(_record) -> bool:
