@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,48 +33,22 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import common
 from apache_beam.runners.portability.fn_api_runner.translations import only_element
 
-from runners.spark.components import context_from_bytes
 from runners.spark.driver_stages import EXECUTABLE_STAGE, IMPULSE, side_pcollections
-from runners.spark.keyed import decode_with_bytes, round_robin_partition
+from runners.spark.keyed import round_robin_partition
 from runners.spark.metrics import MetricsAccumulatorParam, MetricsSnapshot
+from runners.spark.micro_batch_task import (
+    META,
+    SideChunk,
+    TaskSpec,
+    key_group_elements,
+    stage_partition,
+)
 from runners.spark.plan import StagePlan
-from runners.spark.stage_executor import StageExecutor
 from runners.spark.streaming_gbk import GroupingBatch, group_streaming
-from runners.spark.streaming_state import DurableStageState, KeyGroups, key_group
 from runners.spark.test_stream_source import TEST_STREAM_URN
 from runners.spark.translation import FLATTEN, GROUP_BY_KEY, RddTranslator
-from runners.spark.watermark import MAX_MICROS, MIN_MICROS, MicroBatchTime
+from runners.spark.watermark import MAX_MICROS
 from runners.spark.watermark_manager import Watermarks
-
-META = -1
-
-
-@dataclass(frozen=True)
-class Deferred:
-    """A splittable DoFn's remainder, to resume in a later batch."""
-
-    stage: str
-    element: bytes
-    delay_micros: int
-    watermark: int
-
-
-@dataclass(frozen=True)
-class PushedBack:
-    """An element whose side inputs were not ready: held for a later batch."""
-
-    stage: str
-    element: bytes
-    timestamp: int
-    side_watermark: int
-
-
-@dataclass(frozen=True)
-class SideChunk:
-    """Encoded elements of a side-input PCollection produced in the batch."""
-
-    pcollection: str
-    data: bytes
 
 
 @dataclass
@@ -96,40 +69,23 @@ class BatchSpec:
     test_stream_records: int = 0
 
 
-@dataclass(frozen=True)
-class _TaskSpec:
-    """What a stage's task needs besides its records (shipped in closures)."""
-
-    stage: str
-    state_dir: str
-    key_groups: int
-    batch: int
-    input_watermark: int
-    output_watermark: int
-    processing_time: int
-    # The minimum of the stage's side inputs' watermarks (+inf: none).
-    side_watermark: int = MAX_MICROS
-
-
 def stage_key(name: str) -> str:
     """A stable directory name for a stage's state."""
     return hashlib.sha1(name.encode()).hexdigest()[:16]
 
 
-def key_group_elements(
-    components: bytes, windowed_kv_coder_id: str, key_groups: int, chunks
-) -> Iterator[tuple[int, bytes]]:
-    """Splits chunks of windowed KVs into (key group, encoded element)."""
-    coder = context_from_bytes(components).coders[windowed_kv_coder_id]
-    impl = coder.get_impl()
-    key_impl = coder.wrapped_value_coder.key_coder().get_impl()
-    for chunk in chunks:
-        for wv, raw in decode_with_bytes(chunk, impl):
-            yield key_group(key_impl.encode_nested(wv.value[0]), key_groups), raw
-
-
 class MicroBatchTranslator(RddTranslator):
     """Builds and runs the lineage of one batch at a time."""
+
+    @property
+    def components_bytes(self) -> bytes:
+        """The serialised components every task rebuilds coders from."""
+        return self._shipped
+
+    @property
+    def windowed_coders(self) -> dict[str, str]:
+        """PCollection -> its windowed-value coder id."""
+        return self._windowed
 
     def __init__(self, pipeline, sc, options, state_root: str, key_groups: int):
         super().__init__(pipeline, sc, options)
@@ -247,11 +203,11 @@ class MicroBatchTranslator(RddTranslator):
         else:
             self._empty.add(pcoll)
 
-    def _task(self, proto) -> _TaskSpec:
+    def _task(self, proto) -> TaskSpec:
         name = proto.unique_name
         marks = self._spec.watermarks
         sides = [marks.pcollections[pc] for pc in self.side_inputs.get(name, ())]
-        return _TaskSpec(
+        return TaskSpec(
             stage=name,
             state_dir=f"{self._state_root}/{stage_key(name)}",
             key_groups=self.key_groups,
@@ -326,7 +282,7 @@ class MicroBatchTranslator(RddTranslator):
         else:
             rdd = self._main_input(proto.unique_name, plan.input_pcollection)
         body = functools.partial(
-            _stage_partition,
+            stage_partition,
             plan,
             self._shipped,
             self._bundle_bytes,
@@ -359,89 +315,3 @@ def _never(_record) -> bool:
 
 def _has_tag(ix: int, record: tuple[int, Any]) -> bool:
     return record[0] == ix
-
-
-def _deferred(stage: str, residual: Any) -> Deferred:
-    delay = residual.requested_time_delay
-    marks = [
-        ts.seconds * 1_000_000 + ts.nanos // 1000
-        for ts in residual.application.output_watermarks.values()
-    ]
-    return Deferred(
-        stage,
-        residual.application.element,
-        delay.seconds * 1_000_000 + delay.nanos // 1000,
-        min(marks) if marks else MIN_MICROS,
-    )
-
-
-def _elements(records: Iterable[Any], keyed: KeyGroups | None) -> Iterator:
-    """Encoded elements of a task's records; a keyed task's record is
-    (key group, element), and opening its group as it arrives also opens
-    the groups woken for due timers, whose elements are empty."""
-    if keyed is None:
-        return iter(records)
-    return (raw for group, raw in records if keyed.group(group) and raw)
-
-
-def _ready_or_pushed(
-    chunks: Iterable[bytes],
-    plan: StagePlan,
-    components: bytes,
-    task: _TaskSpec,
-    pushed: list[PushedBack],
-) -> Iterator[bytes]:
-    """Elements whose windows' side inputs are ready; the others go to
-    ``pushed``. A side input is ready for a window once its watermark has
-    passed the window's end: every element of it has been produced in an
-    earlier batch."""
-    impl = context_from_bytes(components).coders[plan.input_coder_id].get_impl()
-    for chunk in chunks:
-        for wv, raw in decode_with_bytes(chunk, impl):
-            if task.side_watermark >= MAX_MICROS or all(
-                task.side_watermark > w.max_timestamp().micros for w in wv.windows
-            ):
-                yield raw
-            else:
-                held = PushedBack(
-                    task.stage, raw, wv.timestamp.micros, task.side_watermark
-                )
-                pushed.append(held)
-
-
-def _stage_partition(
-    plan: StagePlan,
-    components: bytes,
-    bundle_bytes: int,
-    accumulator: Any,
-    task: _TaskSpec,
-    side_bc: Any,
-    records: Iterable[Any],
-) -> Iterator[tuple[int, Any]]:
-    """Spark ``mapPartitions`` body of a stage in a micro-batch."""
-    time = MicroBatchTime(task.input_watermark, task.processing_time)
-    state, groups = None, None
-    entries = side_bc.value if side_bc is not None else ()
-    if plan.stateful:
-        groups = KeyGroups(task.state_dir, task.stage, task.key_groups, task.batch)
-        key_coder = context_from_bytes(components).coders[plan.key_coder_id]
-        state = DurableStageState(groups, entries, plan.timer_families, key_coder)
-    inputs = _elements(records, groups)
-    pushed: list[PushedBack] = []
-    if plan.side_inputs:
-        inputs = _ready_or_pushed(inputs, plan, components, task, pushed)
-    executor = StageExecutor(plan, entries, bundle_bytes, state=state, time=time)
-    try:
-        yield from executor.run(inputs)
-        summaries = executor.state.commit()
-    except BaseException:
-        executor.state.abandon()
-        raise
-    if executor.metrics:
-        accumulator.add(executor.metrics)
-    for summary in summaries:
-        yield META, summary
-    for residual in time.deferred:
-        yield META, _deferred(task.stage, residual)
-    for element in pushed:
-        yield META, element

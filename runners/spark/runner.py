@@ -24,11 +24,8 @@ from runners.spark.metrics import MetricsSnapshot, SparkMetrics
 from runners.spark.options import SparkOptions
 from runners.spark.progress import ProgressLog
 from runners.spark.session import ensure_python_env, get_or_create_session
-from runners.spark.streaming_job import (
-    StreamingJob,
-    StreamingPipelineResult,
-    StreamingSettings,
-)
+from runners.spark.streaming_job import StreamingJob, StreamingSettings
+from runners.spark.streaming_result import StreamingPipelineResult
 from runners.spark.test_stream_source import TEST_STREAM_URN
 from runners.spark.translation import KNOWN_URNS, RddTranslator
 

@@ -26,13 +26,11 @@ then are reported and dropped: no clock will make them due.
 
 from __future__ import annotations
 
-import base64
 import logging
-import pickle
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 from apache_beam.runners import runner
 
@@ -40,95 +38,15 @@ from runners.spark.checkpoint import CheckpointDir
 from runners.spark.driver_stages import IMPULSE
 from runners.spark.durable_store import GroupSummary
 from runners.spark.errors import from_spark_exception
-from runners.spark.metrics import MetricsSnapshot, SparkMetrics
-from runners.spark.micro_batch import (
-    BatchSpec,
-    Deferred,
-    MicroBatchTranslator,
-    PushedBack,
-    SideChunk,
-)
+from runners.spark.job_position import JobPosition, Remainder
+from runners.spark.metrics import MetricsSnapshot
+from runners.spark.micro_batch import BatchSpec, MicroBatchTranslator
+from runners.spark.micro_batch_task import Deferred, PushedBack, SideChunk
 from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
 from runners.spark.watermark import MAX_MICROS, MIN_MICROS
 from runners.spark.watermark_manager import WatermarkManager, Watermarks
 
 _LOGGER = logging.getLogger(__name__)
-
-
-@dataclass
-class Remainder:
-    """A deferred splittable-DoFn remainder, due at ``ready_at`` (µs)."""
-
-    stage: str
-    element: bytes
-    ready_at: int
-    watermark: int
-
-
-def _encode(element: bytes) -> str:
-    return base64.b64encode(element).decode()
-
-
-@dataclass
-class JobPosition:
-    """Where the job stands after its last committed batch."""
-
-    next_batch: int = 0
-    processing_time: int = MIN_MICROS
-    impulse_done: bool = False
-    test_streams: dict[str, int] = field(default_factory=dict)
-    groups: dict[str, dict[int, GroupSummary]] = field(default_factory=dict)
-    remainders: list[Remainder] = field(default_factory=list)
-    pushed: list[PushedBack] = field(default_factory=list)
-    # Stage -> [its remainders' watermark, processing time it last moved].
-    source_progress: dict[str, list[int]] = field(default_factory=dict)
-    watermarks: dict[str, int] = field(default_factory=dict)
-    metrics: MetricsSnapshot = field(default_factory=MetricsSnapshot)
-
-    def to_record(self) -> dict:
-        return {
-            "next_batch": self.next_batch,
-            "processing_time": self.processing_time,
-            "impulse_done": self.impulse_done,
-            "test_streams": self.test_streams,
-            "groups": [
-                asdict(s) for stage in self.groups.values() for s in stage.values()
-            ],
-            "remainders": [
-                {**asdict(r), "element": _encode(r.element)} for r in self.remainders
-            ],
-            "pushed": [
-                {**asdict(p), "element": _encode(p.element)} for p in self.pushed
-            ],
-            "source_progress": self.source_progress,
-            "watermarks": self.watermarks,
-            "metrics": base64.b64encode(pickle.dumps(self.metrics)).decode(),
-        }
-
-    @classmethod
-    def from_record(cls, record: dict) -> JobPosition:
-        groups: dict[str, dict[int, GroupSummary]] = {}
-        for raw in record["groups"]:
-            summary = GroupSummary(**raw)
-            groups.setdefault(summary.stage, {})[summary.group] = summary
-        return cls(
-            next_batch=record["next_batch"],
-            processing_time=record["processing_time"],
-            impulse_done=record["impulse_done"],
-            test_streams=record["test_streams"],
-            groups=groups,
-            remainders=[
-                Remainder(**{**r, "element": base64.b64decode(r["element"])})
-                for r in record["remainders"]
-            ],
-            pushed=[
-                PushedBack(**{**p, "element": base64.b64decode(p["element"])})
-                for p in record["pushed"]
-            ],
-            source_progress=record["source_progress"],
-            watermarks=record["watermarks"],
-            metrics=pickle.loads(base64.b64decode(record["metrics"])),
-        )
 
 
 @dataclass(frozen=True)
@@ -168,8 +86,8 @@ class StreamingJob:
         self._settings = settings
         primitives = self._translator.primitives
         self._watermarks = WatermarkManager(primitives)
-        components = self._translator._shipped
-        windowed = self._translator._windowed
+        components = self._translator.components_bytes
+        windowed = self._translator.windowed_coders
         self._scripts = {
             p.unique_name: ScriptedStream(p, components, windowed)
             for p in primitives
@@ -395,44 +313,12 @@ class StreamingJob:
             marks = [s.hold for s in groups.values() if s.hold is not None]
             if marks:
                 holds[stage] = min(marks)
-        for stage, source_hold in self._source_holds(now).items():
+        timeout = int(self._settings.idle_timeout * 1e6)
+        for stage, source_hold in self.position.source_holds(now, timeout).items():
             holds[stage] = min(holds.get(stage, MAX_MICROS), source_hold)
         for held in self.position.pushed:
             holds[held.stage] = min(holds.get(held.stage, MAX_MICROS), held.timestamp)
         return self._watermarks.compute(sources, holds)
-
-    def _source_holds(self, now: int) -> dict[str, int]:
-        """Each splittable DoFn stage's hold: the watermark its remainders
-        report, or, once it has stood still for the idle timeout, the
-        processing time less the timeout (an idle source stops holding the
-        pipeline back, as an injector with no pending input would)."""
-        holds: dict[str, int] = {}
-        for remainder in self.position.remainders:
-            holds[remainder.stage] = min(
-                holds.get(remainder.stage, MAX_MICROS), remainder.watermark
-            )
-        timeout = int(self._settings.idle_timeout * 1e6)
-        if timeout > 0:
-            for stage, hold in holds.items():
-                _, since = self.position.source_progress.get(stage, (hold, now))
-                if now - since >= timeout:
-                    holds[stage] = max(hold, now - timeout)
-        return holds
-
-    def _track_sources(self, now: int) -> None:
-        """Notes when each source stage's reported watermark last moved."""
-        position = self.position
-        current: dict[str, int] = {}
-        for remainder in position.remainders:
-            current[remainder.stage] = min(
-                current.get(remainder.stage, MAX_MICROS), remainder.watermark
-            )
-        progress = {}
-        for stage, mark in current.items():
-            previous = position.source_progress.get(stage)
-            moved = previous is None or mark > previous[0]
-            progress[stage] = [mark, now] if moved else previous
-        position.source_progress = progress
 
     def _finished(self, spec: BatchSpec) -> bool:
         if self.position.remainders or self.position.pushed:
@@ -505,7 +391,7 @@ class StreamingJob:
         if metrics:
             # A new snapshot: result.metrics() may be reading the old one.
             position.metrics = MetricsSnapshot().merge(position.metrics).merge(metrics)
-        self._track_sources(spec.processing_time)
+        position.track_sources(spec.processing_time)
         position.impulse_done = True
         position.processing_time = spec.processing_time
         position.watermarks = spec.watermarks.pcollections
@@ -543,40 +429,3 @@ def _format_micros(micros: int | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(micros / 1e6)) + (
         f".{micros % 1_000_000:06d}Z"
     )
-
-
-class StreamingPipelineResult(runner.PipelineResult):
-    """A running streaming job: wait for it, cancel it, read its metrics."""
-
-    def __init__(self, job: StreamingJob) -> None:
-        super().__init__(runner.PipelineState.RUNNING)
-        self._job = job
-        self._thread = threading.Thread(
-            target=job.run, name="spark-streaming-driver", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def state(self) -> str:
-        return self._job.state
-
-    def wait_until_finish(self, duration=None) -> str:
-        """Blocks until the job ends, or for ``duration`` milliseconds."""
-        self._thread.join(None if duration is None else duration / 1000)
-        if self._job.error is not None:
-            raise self._job.error
-        return self._job.state
-
-    def cancel(self) -> str:
-        """Stops after the running batch commits; returns the final state."""
-        self._job.stop()
-        return self.wait_until_finish()
-
-    def metrics(self) -> SparkMetrics:
-        """User metrics of the committed batches (a replay counts once)."""
-        return SparkMetrics(self._job.position.metrics)
-
-    @property
-    def checkpoint_dir(self) -> str:
-        """Where the job's checkpoints are."""
-        return str(self._job.checkpoint.root)

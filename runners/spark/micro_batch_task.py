@@ -1,0 +1,165 @@
+"""What one task of a micro-batch runs, and the records it sends the driver.
+
+A stage's task runs the stage executor under the batch's watermark and
+processing time (``MicroBatchTime``), over durable key groups when the stage
+is keyed. Besides its outputs it yields, tagged ``META``, what the driver
+must learn: each touched key group's :class:`GroupSummary`, each deferred
+splittable-DoFn remainder (:class:`Deferred`), each element held back for
+its side inputs (:class:`PushedBack`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from runners.spark.components import context_from_bytes
+from runners.spark.keyed import decode_with_bytes
+from runners.spark.plan import StagePlan
+from runners.spark.stage_executor import StageExecutor
+from runners.spark.streaming_state import DurableStageState, KeyGroups, key_group
+from runners.spark.watermark import MAX_MICROS, MIN_MICROS, MicroBatchTime
+
+META = -1
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A splittable DoFn's remainder, to resume in a later batch."""
+
+    stage: str
+    element: bytes
+    delay_micros: int
+    watermark: int
+
+
+@dataclass(frozen=True)
+class PushedBack:
+    """An element whose side inputs were not ready: held for a later batch."""
+
+    stage: str
+    element: bytes
+    timestamp: int
+    side_watermark: int
+
+
+@dataclass(frozen=True)
+class SideChunk:
+    """Encoded elements of a side-input PCollection produced in the batch."""
+
+    pcollection: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a stage's task needs besides its records (shipped in closures)."""
+
+    stage: str
+    state_dir: str
+    key_groups: int
+    batch: int
+    input_watermark: int
+    output_watermark: int
+    processing_time: int
+    # The minimum of the stage's side inputs' watermarks (+inf: none).
+    side_watermark: int = MAX_MICROS
+
+
+def key_group_elements(
+    components: bytes, windowed_kv_coder_id: str, key_groups: int, chunks
+) -> Iterator[tuple[int, bytes]]:
+    """Splits chunks of windowed KVs into (key group, encoded element)."""
+    coder = context_from_bytes(components).coders[windowed_kv_coder_id]
+    impl = coder.get_impl()
+    key_impl = coder.wrapped_value_coder.key_coder().get_impl()
+    for chunk in chunks:
+        for wv, raw in decode_with_bytes(chunk, impl):
+            yield key_group(key_impl.encode_nested(wv.value[0]), key_groups), raw
+
+
+def _deferred(stage: str, residual: Any) -> Deferred:
+    delay = residual.requested_time_delay
+    marks = [
+        ts.seconds * 1_000_000 + ts.nanos // 1000
+        for ts in residual.application.output_watermarks.values()
+    ]
+    return Deferred(
+        stage,
+        residual.application.element,
+        delay.seconds * 1_000_000 + delay.nanos // 1000,
+        min(marks) if marks else MIN_MICROS,
+    )
+
+
+def _elements(records: Iterable[Any], keyed: KeyGroups | None) -> Iterator:
+    """Encoded elements of a task's records; a keyed task's record is
+    (key group, element), and opening its group as it arrives also opens
+    the groups woken for due timers, whose elements are empty."""
+    if keyed is None:
+        return iter(records)
+    return (raw for group, raw in records if keyed.group(group) and raw)
+
+
+def _ready_or_pushed(
+    chunks: Iterable[bytes],
+    plan: StagePlan,
+    components: bytes,
+    task: TaskSpec,
+    pushed: list[PushedBack],
+) -> Iterator[bytes]:
+    """Elements whose windows' side inputs are ready; the others go to
+    ``pushed``. A side input is ready for a window once its watermark has
+    passed the window's end: every element of it has been produced in an
+    earlier batch."""
+    impl = context_from_bytes(components).coders[plan.input_coder_id].get_impl()
+    for chunk in chunks:
+        for wv, raw in decode_with_bytes(chunk, impl):
+            if task.side_watermark >= MAX_MICROS or all(
+                task.side_watermark > w.max_timestamp().micros for w in wv.windows
+            ):
+                yield raw
+            else:
+                held = PushedBack(
+                    task.stage, raw, wv.timestamp.micros, task.side_watermark
+                )
+                pushed.append(held)
+
+
+def stage_partition(
+    plan: StagePlan,
+    components: bytes,
+    bundle_bytes: int,
+    accumulator: Any,
+    task: TaskSpec,
+    side_bc: Any,
+    records: Iterable[Any],
+) -> Iterator[tuple[int, Any]]:
+    """Spark ``mapPartitions`` body of a stage in a micro-batch."""
+    time = MicroBatchTime(task.input_watermark, task.processing_time)
+    state, groups = None, None
+    entries = side_bc.value if side_bc is not None else ()
+    if plan.stateful:
+        groups = KeyGroups(task.state_dir, task.stage, task.key_groups, task.batch)
+        key_coder = context_from_bytes(components).coders[plan.key_coder_id]
+        state = DurableStageState(groups, entries, plan.timer_families, key_coder)
+    inputs = _elements(records, groups)
+    pushed: list[PushedBack] = []
+    if plan.side_inputs:
+        inputs = _ready_or_pushed(inputs, plan, components, task, pushed)
+    executor = StageExecutor(plan, entries, bundle_bytes, state=state, time=time)
+    try:
+        yield from executor.run(inputs)
+        summaries = executor.state.commit()
+    except BaseException:
+        executor.state.abandon()
+        raise
+    if executor.metrics:
+        accumulator.add(executor.metrics)
+    for summary in summaries:
+        yield META, summary
+    for residual in time.deferred:
+        yield META, _deferred(task.stage, residual)
+    for element in pushed:
+        yield META, element

@@ -1,0 +1,48 @@
+"""The result of a streaming run: it runs the job's driver loop in a
+background thread, so ``run()`` returns at once."""
+
+from __future__ import annotations
+
+import threading
+
+from apache_beam.runners import runner
+
+from runners.spark.metrics import SparkMetrics
+from runners.spark.streaming_job import StreamingJob
+
+
+class StreamingPipelineResult(runner.PipelineResult):
+    """A running streaming job: wait for it, cancel it, read its metrics."""
+
+    def __init__(self, job: StreamingJob) -> None:
+        super().__init__(runner.PipelineState.RUNNING)
+        self._job = job
+        self._thread = threading.Thread(
+            target=job.run, name="spark-streaming-driver", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def state(self) -> str:
+        return self._job.state
+
+    def wait_until_finish(self, duration=None) -> str:
+        """Blocks until the job ends, or for ``duration`` milliseconds."""
+        self._thread.join(None if duration is None else duration / 1000)
+        if self._job.error is not None:
+            raise self._job.error
+        return self._job.state
+
+    def cancel(self) -> str:
+        """Stops after the running batch commits; returns the final state."""
+        self._job.stop()
+        return self.wait_until_finish()
+
+    def metrics(self) -> SparkMetrics:
+        """User metrics of the committed batches (a replay counts once)."""
+        return SparkMetrics(self._job.position.metrics)
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """Where the job's checkpoints are."""
+        return str(self._job.checkpoint.root)
