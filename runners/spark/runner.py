@@ -2,9 +2,12 @@
 
 The pipeline is optimised by Beam's own phases (fusion, combiner lifting,
 SDF expansion), translated stage by stage into RDDs, and run as one Spark job
-(plus a job per round of side inputs, which the driver collects). The call
-is synchronous: the returned result is already DONE, with user metrics merged
-through a Spark accumulator. Progress goes to the log (``progress.py``).
+(plus a job per round of side inputs, which the driver collects). In batch
+the call is synchronous: the returned result is already DONE, with user
+metrics merged through a Spark accumulator. Progress goes to the log
+(``progress.py``). A streaming pipeline (``--streaming``, or any unbounded
+PCollection) runs as micro-batches in a background thread
+(``streaming_job.py``), and ``run()`` returns the running job's result.
 """
 
 from __future__ import annotations
