@@ -18,6 +18,7 @@ from apache_beam.transforms import deduplicate_test, trigger_test  # noqa: E402
 
 pytestmark = [
     pytest.mark.spark,
+    pytest.mark.slow,
     pytest.mark.acceptance,
     pytest.mark.beam_suite_on_spark,
 ]
