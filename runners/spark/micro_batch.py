@@ -44,7 +44,7 @@ from runners.spark.micro_batch_task import (
     stage_partition,
 )
 from runners.spark.plan import StagePlan
-from runners.spark.streaming_gbk import GroupingBatch, group_streaming
+from runners.spark.streaming_gbk import group_streaming
 from runners.spark.test_stream_source import TEST_STREAM_URN
 from runners.spark.translation import FLATTEN, GROUP_BY_KEY, RddTranslator
 from runners.spark.watermark import MAX_MICROS
@@ -257,15 +257,7 @@ class MicroBatchTranslator(RddTranslator):
             self._windowed[in_pc],
             self._windowed[out_pc],
             self._components.pcollections[in_pc].windowing_strategy_id,
-            GroupingBatch(
-                task.stage,
-                task.state_dir,
-                task.key_groups,
-                task.batch,
-                task.input_watermark,
-                task.output_watermark,
-                task.processing_time,
-            ),
+            task,
         )
         tagged = self._by_key_group(proto, in_pc, self._windowed[in_pc]).mapPartitions(
             body

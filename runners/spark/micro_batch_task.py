@@ -66,6 +66,13 @@ class TaskSpec:
     # The minimum of the stage's side inputs' watermarks (+inf: none).
     side_watermark: int = MAX_MICROS
 
+    def event_horizon(self) -> int:
+        """Event-time timers at or before this (µs) are due: strictly
+        before the watermark, everything at +inf."""
+        return MicroBatchTime(
+            self.input_watermark, self.processing_time
+        ).event_horizon()
+
 
 def key_group_elements(
     components: bytes, windowed_kv_coder_id: str, key_groups: int, chunks

@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import pickle
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from apache_beam.transforms import trigger
@@ -28,6 +27,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from runners.spark.components import context_from_bytes, encode_chunks
 from runners.spark.durable_store import EVENT_DOMAIN, PROCESSING_DOMAIN, KeyGroupStore
+from runners.spark.micro_batch_task import TaskSpec
 from runners.spark.streaming_state import KeyGroups
 from runners.spark.watermark import MAX_MICROS
 
@@ -36,24 +36,6 @@ _TIMER_ROWS = {EVENT_DOMAIN: b"gbk-event:", PROCESSING_DOMAIN: b"gbk-processing:
 _STATE_ROW = b"gbk-state:"
 # A key whose own firings keep making new due timers would spin for ever.
 _MAX_ROUNDS = 1_000
-
-
-@dataclass(frozen=True)
-class GroupingBatch:
-    """What one streaming grouping task needs to know of its batch."""
-
-    stage: str
-    state_dir: str
-    key_groups: int
-    batch: int
-    input_watermark: int
-    output_watermark: int
-    processing_time: int
-
-    def event_horizon(self) -> Timestamp:
-        if self.input_watermark >= MAX_MICROS:
-            return MAX_TIMESTAMP
-        return Timestamp(micros=self.input_watermark - 1)
 
 
 class _BatchClock:
@@ -107,7 +89,7 @@ def group_streaming(
     input_coder_id: str,
     output_coder_id: str,
     windowing_strategy_id: str,
-    batch: GroupingBatch,
+    batch: TaskSpec,
     records: Iterable[tuple[int, bytes]],
 ) -> Iterator[tuple[int, Any]]:
     """Spark ``mapPartitions`` body: ``records`` are (key group, encoded
@@ -135,7 +117,7 @@ def group_streaming(
             nested = key_impl.encode_nested(key)
             decoded_keys.setdefault(nested, key)
             by_key[nested].append(wv.with_value(value))
-        horizon = batch.event_horizon()
+        horizon = Timestamp(micros=batch.event_horizon())
         processing = Timestamp(micros=batch.processing_time)
         due: set[bytes] = set(by_key)
         for _, store in groups.opened():
@@ -163,7 +145,7 @@ def group_streaming(
         yield -1, summary
 
 
-def _fire(driver, state, values, batch: GroupingBatch, horizon, processing):
+def _fire(driver, state, values, batch: TaskSpec, horizon, processing):
     """One key's due trigger timers, then its new values, then any timer that
     became due meanwhile, until none is."""
     input_wm = Timestamp(micros=batch.input_watermark)
