@@ -19,7 +19,12 @@ from runners.spark.keyed import decode_with_bytes
 from runners.spark.plan import StagePlan
 from runners.spark.stage_executor import StageExecutor
 from runners.spark.streaming_state import DurableStageState, KeyGroups, key_group
-from runners.spark.watermark import MAX_MICROS, MIN_MICROS, MicroBatchTime
+from runners.spark.watermark import (
+    MAX_MICROS,
+    MIN_MICROS,
+    MicroBatchTime,
+    event_horizon,
+)
 
 META = -1
 
@@ -67,11 +72,8 @@ class TaskSpec:
     side_watermark: int = MAX_MICROS
 
     def event_horizon(self) -> int:
-        """Event-time timers at or before this (µs) are due: strictly
-        before the watermark, everything at +inf."""
-        return MicroBatchTime(
-            self.input_watermark, self.processing_time
-        ).event_horizon()
+        """Event-time timers at or before this (µs) are due."""
+        return event_horizon(self.input_watermark)
 
 
 def key_group_elements(

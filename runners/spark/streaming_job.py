@@ -43,7 +43,7 @@ from runners.spark.metrics import MetricsSnapshot
 from runners.spark.micro_batch import BatchSpec, MicroBatchTranslator
 from runners.spark.micro_batch_task import Deferred, PushedBack, SideChunk
 from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
-from runners.spark.watermark import MAX_MICROS, MIN_MICROS
+from runners.spark.watermark import MAX_MICROS, MIN_MICROS, event_horizon
 from runners.spark.watermark_manager import WatermarkManager, Watermarks
 
 _LOGGER = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ class StreamingJob:
         marks = self._compute_watermarks(positions, now)
         due = {}
         for stage, groups in position.groups.items():
-            horizon = _event_horizon(marks.inputs[stage])
+            horizon = event_horizon(marks.inputs[stage])
             woken = sorted(
                 g
                 for g, s in groups.items()
@@ -413,10 +413,6 @@ def _idle(summary: GroupSummary) -> bool:
 def _has_work(spec: BatchSpec) -> bool:
     # Side inputs alone are no work: a stage runs for its main input.
     return bool(spec.impulse or spec.elements or spec.due_groups or spec.resumed)
-
-
-def _event_horizon(watermark: int) -> int:
-    return MAX_MICROS if watermark >= MAX_MICROS else watermark - 1
 
 
 def _format_micros(micros: int | None) -> str:

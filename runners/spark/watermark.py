@@ -23,6 +23,12 @@ MIN_MICROS = MIN_TIMESTAMP.micros
 MAX_MICROS = MAX_TIMESTAMP.micros
 
 
+def event_horizon(watermark: int) -> int:
+    """The latest event-time timer (µs) due at ``watermark``: strictly
+    before it (Beam's rule), and everything once it is +inf."""
+    return MAX_MICROS if watermark >= MAX_MICROS else watermark - 1
+
+
 class StageTime(Protocol):
     """The watermark policy injected into the stage executor."""
 
@@ -73,10 +79,7 @@ class MicroBatchTime:
         self.deferred: list[Any] = []
 
     def event_horizon(self) -> int:
-        # Strictly before the watermark; +inf fires everything.
-        if self.input_watermark >= MAX_MICROS:
-            return MAX_MICROS
-        return self.input_watermark - 1
+        return event_horizon(self.input_watermark)
 
     def processing_horizon(self) -> int:
         return self.processing_time

@@ -110,9 +110,12 @@ def uninterrupted(tmp_path_factory) -> dict[str, list[str]]:
     work = tmp_path_factory.mktemp("clean")
     _finish(_start(work), work)
     outputs = _outputs(work)
-    # 6 windows, each with the totals of 4 keys.
-    assert len(outputs) == 6
-    assert all(len(lines) == 4 for lines in outputs.values())
+    # The job's script: in step s, key k gets values 100s + k and 100s + k + 4
+    # at seconds 10s + k and 10s + k + 4, so window 10s holds two of each key.
+    expected = sorted(
+        f"k{k},{10 * s},2,{200 * s + 2 * k + 4}" for s in range(6) for k in range(4)
+    )
+    assert sorted(line for lines in outputs.values() for line in lines) == expected
     return outputs
 
 
