@@ -231,6 +231,16 @@ class KeyGroupStore:
                 return StoredTimer(*row)
         return None
 
+    def due_event_timers(self, event_horizon: int) -> list[StoredTimer]:
+        """Every event-time timer at or before ``event_horizon``, in fire
+        order (ties in setting order)."""
+        rows = self._db.execute(
+            "SELECT ident, owner, domain, fire, payload FROM timers "
+            "WHERE domain = ? AND fire <= ? ORDER BY fire, seq",
+            (EVENT_DOMAIN, event_horizon),
+        )
+        return [StoredTimer(*row) for row in rows.fetchall()]
+
     def due_owners(self, event_horizon: int, processing_horizon: int) -> Iterator:
         """Owners (keys) with a due timer, each once."""
         rows = self._db.execute(
@@ -245,6 +255,13 @@ class KeyGroupStore:
         self._db.execute("DELETE FROM holds WHERE owner = ?", (owner,))
         if hold is not None:
             self._db.execute("INSERT INTO holds VALUES (?, ?)", (owner, hold))
+
+    def hold(self, owner: bytes) -> int | None:
+        """The hold ``owner`` has set, if any."""
+        row = self._db.execute(
+            "SELECT hold FROM holds WHERE owner = ?", (owner,)
+        ).fetchone()
+        return None if row is None else row[0]
 
     def summary(self, stage: str, group: int) -> GroupSummary:
         """The group's next timers and earliest hold, for the driver."""

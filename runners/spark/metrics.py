@@ -13,10 +13,16 @@ from typing import Any
 
 from apache_beam.metrics import monitoring_infos as mi
 from apache_beam.metrics.cells import DistributionResult, GaugeResult
-from apache_beam.metrics.execution import MetricResult
+from apache_beam.metrics.execution import MetricKey, MetricResult
 from apache_beam.metrics.metric import MetricResults
+from apache_beam.metrics.metricbase import MetricName
 from apache_beam.runners.portability import portable_metrics
 from pyspark.accumulators import AccumulatorParam
+
+# The runner's own counter of elements a GroupByKey drops because their
+# window expired (Beam's Java runners call it the same).
+DROPPED_LATE = "droppedDueToLateness"
+RUNNER_NAMESPACE = "SparkRunner"
 
 _KINDS = ("counters", "distributions", "gauges", "string_sets", "bounded_tries")
 
@@ -44,6 +50,11 @@ class MetricsSnapshot:
         parsed = portable_metrics.from_monitoring_infos(monitoring_infos, True)
         for kind, values in zip(_KINDS, parsed, strict=True):
             self._merge_kind(kind, values)
+
+    def add_counter(self, step: str, name: str, value: int) -> None:
+        """Adds to one of the runner's own counters (namespace SparkRunner)."""
+        key = MetricKey(step, MetricName(RUNNER_NAMESPACE, name))
+        self._merge_kind("counters", {key: value})
 
     def merge(self, other: MetricsSnapshot) -> MetricsSnapshot:
         """Merges ``other`` into this snapshot and returns it."""

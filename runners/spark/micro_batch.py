@@ -258,6 +258,7 @@ class MicroBatchTranslator(RddTranslator):
             self._windowed[out_pc],
             self._components.pcollections[in_pc].windowing_strategy_id,
             task,
+            self.accumulator,
         )
         tagged = self._by_key_group(proto, in_pc, self._windowed[in_pc]).mapPartitions(
             body

@@ -1,17 +1,24 @@
 """GroupByKey in streaming: panes across micro-batches, trigger state durable.
 
-Each key's trigger state (buffered values, pane indexes, trigger progress,
-watermark holds and trigger timers) is Beam's ``InMemoryUnmergedState``,
-saved in the key's group between batches, so triggers (early, on-time and
-late panes), accumulation modes, allowed lateness and merging windows behave
-as Beam's general trigger driver defines them, batch after batch. The
-earliest event-time and processing-time trigger timers of a key are rows of
-the group's timer table, so a batch wakes only the keys with a due timer;
-the key's earliest pane hold holds the stage's output watermark.
+Beam's default trigger over non-merging windows (most GroupByKeys, and
+every lifted ``CombinePerKey`` without a trigger) is grouped by
+:class:`~runners.spark.watermark_panes.WatermarkPanes`, with its state as
+rows. Every other windowing strategy goes through Beam's general trigger
+driver (:class:`TriggerDriverPanes`): each key's trigger state (buffered
+values, pane indexes, trigger progress, watermark holds and trigger timers)
+is Beam's ``InMemoryUnmergedState``, saved in the key's group between
+batches, so triggers (early, on-time and late panes), accumulation modes,
+allowed lateness and merging windows behave as that driver defines them,
+batch after batch. The earliest event-time and processing-time trigger
+timers of a key are rows of the group's timer table, so a batch wakes only
+the keys with a due timer; the key's earliest pane hold holds the stage's
+output watermark. A window's trigger state is forgotten once the window
+has expired (Beam's driver keeps it for ever).
 
 Event-time triggers fire once the input watermark has passed them (the same
 strict rule as user timers); processing-time triggers at the batch's logged
-processing time.
+processing time. Elements of expired windows are dropped, as Beam drops
+them, and counted in ``SparkRunner/droppedDueToLateness``.
 """
 
 from __future__ import annotations
@@ -27,9 +34,11 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from runners.spark.components import context_from_bytes, encode_chunks
 from runners.spark.durable_store import EVENT_DOMAIN, PROCESSING_DOMAIN, KeyGroupStore
+from runners.spark.metrics import DROPPED_LATE, MetricsSnapshot
 from runners.spark.micro_batch_task import TaskSpec
 from runners.spark.streaming_state import KeyGroups
 from runners.spark.watermark import MAX_MICROS
+from runners.spark.watermark_panes import WatermarkPanes, fires_at_watermark_only
 
 # Timer rows of a key: its earliest trigger timer in each domain.
 _TIMER_ROWS = {EVENT_DOMAIN: b"gbk-event:", PROCESSING_DOMAIN: b"gbk-processing:"}
@@ -84,12 +93,83 @@ def _save(store: KeyGroupStore, key: bytes, state: Any) -> None:
     store.set_hold(key, hold.micros if hold < MAX_TIMESTAMP else None)
 
 
+class TriggerDriverPanes:
+    """Any windowing strategy, through Beam's general trigger driver with
+    each key's trigger state saved in its group between batches."""
+
+    def __init__(self, windowing, batch: TaskSpec, in_coder, groups: KeyGroups):
+        self._driver = trigger.create_trigger_driver(
+            windowing, False, clock=_BatchClock(batch.processing_time)
+        )
+        self._batch = batch
+        self._groups = groups
+        self._key_impl = in_coder.wrapped_value_coder.key_coder().get_impl()
+        self._by_key: dict[bytes, list] = collections.defaultdict(list)
+        self._keys: dict[bytes, Any] = {}
+        self._lateness = windowing.allowed_lateness
+        self._input_wm = Timestamp(micros=batch.input_watermark)
+        self.dropped_late = 0
+
+    def add(self, wv) -> None:
+        """Buffers one input element."""
+        # Beam's driver drops these windows without saying so: count them.
+        self.dropped_late += sum(
+            1 for w in wv.windows if self._input_wm > w.end + self._lateness
+        )
+        key, value = wv.value
+        nested = self._key_impl.encode_nested(key)
+        self._keys.setdefault(nested, key)
+        self._by_key[nested].append(wv.with_value(value))
+
+    def fire(self) -> list:
+        """The batch's panes, key by key: due timers, new values, then any
+        timer that became due meanwhile."""
+        batch = self._batch
+        horizon = Timestamp(micros=batch.event_horizon())
+        processing = Timestamp(micros=batch.processing_time)
+        due: set[bytes] = set(self._by_key)
+        for _, store in self._groups.opened():
+            due.update(store.due_owners(horizon.micros, batch.processing_time))
+        panes = []
+        for nested in sorted(due):
+            key = self._keys.get(nested)
+            if key is None:
+                key = self._key_impl.decode_nested(nested)
+            store = self._groups.for_key(nested)
+            state = _load(store, nested)
+            values = self._by_key.get(nested, ())
+            for pane in _fire(self._driver, state, values, batch, horizon, processing):
+                panes.append(pane.with_value((key, pane.value)))
+            self._forget_expired(state)
+            _save(store, nested, state)
+        return panes
+
+    def _forget_expired(self, state: trigger.InMemoryUnmergedState) -> None:
+        """Drops the state of windows no element can reach any more and no
+        timer will fire for. Beam's driver names each window by ids (the
+        ids of the windows merged into it) in a global map."""
+        ids_tag = trigger.MergeableStateAdapter.WINDOW_IDS
+        window_ids = state.get_global_state(ids_tag, {})
+        expired = [
+            window
+            for window, ids in window_ids.items()
+            if self._input_wm > window.end + self._lateness
+            and not any(state.timers.get(i) for i in ids)
+        ]
+        for window in expired:
+            for window_id in window_ids.pop(window):
+                state.state.pop(window_id, None)
+        if expired:
+            state.set_global_state(ids_tag, window_ids)
+
+
 def group_streaming(
     components: bytes,
     input_coder_id: str,
     output_coder_id: str,
     windowing_strategy_id: str,
     batch: TaskSpec,
+    accumulator: Any,
     records: Iterable[tuple[int, bytes]],
 ) -> Iterator[tuple[int, Any]]:
     """Spark ``mapPartitions`` body: ``records`` are (key group, encoded
@@ -99,41 +179,18 @@ def group_streaming(
     context = context_from_bytes(components)
     in_coder = context.coders[input_coder_id]
     in_impl = in_coder.get_impl()
-    key_impl = in_coder.wrapped_value_coder.key_coder().get_impl()
     windowing = context.windowing_strategies.get_by_id(windowing_strategy_id)
-    driver = trigger.create_trigger_driver(
-        windowing, False, clock=_BatchClock(batch.processing_time)
-    )
     groups = KeyGroups(batch.state_dir, batch.stage, batch.key_groups, batch.batch)
-    by_key: dict[bytes, list] = collections.defaultdict(list)
-    decoded_keys: dict[bytes, Any] = {}
+    panes_of = (
+        WatermarkPanes if fires_at_watermark_only(windowing) else TriggerDriverPanes
+    )
+    grouping = panes_of(windowing, batch, in_coder, groups)
     try:
         for group, raw in records:
-            store = groups.group(group)
-            if not raw:
-                continue
-            wv = in_impl.decode(raw)
-            key, value = wv.value
-            nested = key_impl.encode_nested(key)
-            decoded_keys.setdefault(nested, key)
-            by_key[nested].append(wv.with_value(value))
-        horizon = Timestamp(micros=batch.event_horizon())
-        processing = Timestamp(micros=batch.processing_time)
-        due: set[bytes] = set(by_key)
-        for _, store in groups.opened():
-            due.update(store.due_owners(horizon.micros, batch.processing_time))
-        panes = []
-        for nested in sorted(due):
-            key = decoded_keys.get(nested)
-            if key is None:
-                key = key_impl.decode_nested(nested)
-            store = groups.for_key(nested)
-            state = _load(store, nested)
-            for pane in _fire(
-                driver, state, by_key.get(nested, ()), batch, horizon, processing
-            ):
-                panes.append(pane.with_value((key, pane.value)))
-            _save(store, nested, state)
+            groups.group(group)
+            if raw:
+                grouping.add(in_impl.decode(raw))
+        panes = grouping.fire()
         out_impl = context.coders[output_coder_id].get_impl()
         for chunk in encode_chunks(panes, out_impl):
             yield 0, chunk
@@ -141,6 +198,10 @@ def group_streaming(
     except BaseException:
         groups.abandon()
         raise
+    if grouping.dropped_late:
+        metrics = MetricsSnapshot()
+        metrics.add_counter(batch.stage, DROPPED_LATE, grouping.dropped_late)
+        accumulator.add(metrics)
     for summary in summaries:
         yield -1, summary
 
