@@ -61,7 +61,6 @@ import random
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -69,6 +68,7 @@ from pathlib import Path
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import window
+from process_memory import PeakRss, process_tree
 
 SHARDS = 16
 QUERIES = 1000
@@ -133,76 +133,12 @@ def rdd_counts(sc, per_shard: int) -> dict[tuple[str, int], int]:
     )
 
 
-# A sample walks all of /proc (about 2 ms of CPU here). Every 50 ms it took
-# 3% of a core and slowed SparkRunner runs, which keep both cores busy, by
-# about as much; the DirectRunner leaves a core free for it.
-RSS_SAMPLE_S = 0.2
-
-
-class PeakRss:
-    """Samples the RSS of this process and its descendants; keeps the peak."""
-
-    def __init__(self) -> None:
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(RSS_SAMPLE_S):
-            self.peak = max(self.peak, _tree_rss(os.getpid()))
-
-
-def _process_tree(root: int) -> dict[int, tuple[str, int, float]]:
-    """(command name, RSS bytes, CPU seconds) of `root` and its descendants.
-
-    CPU includes each process's reaped children, so Spark's Python workers
-    that exited are counted in their daemon.
-    """
-    children: dict[int, list[int]] = {}
-    info: dict[int, tuple[str, int, float]] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            with open(f"/proc/{entry}/statm") as f:
-                rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat.rsplit(")", 1)[1].split()
-        cpu = sum(int(t) for t in fields[11:15]) / tick
-        info[int(entry)] = (name, rss, cpu)
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    tree, stack = {}, [root]
-    while stack:
-        pid = stack.pop()
-        if pid in info:
-            tree[pid] = info[pid]
-        stack.extend(children.get(pid, []))
-    return tree
-
-
-def _tree_rss(root: int) -> int:
-    return sum(rss for _, rss, _ in _process_tree(root).values())
-
-
 def _cpu_by_process() -> dict[int, tuple[str, float]]:
     """(role, CPU seconds so far) of this driver, the JVM and Python workers."""
     me = os.getpid()
     return {
         pid: ("driver" if pid == me else "JVM" if name == "java" else "workers", cpu)
-        for pid, (name, _, cpu) in _process_tree(me).items()
+        for pid, (name, _, cpu) in process_tree(me).items()
     }
 
 

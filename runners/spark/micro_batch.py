@@ -87,8 +87,17 @@ class MicroBatchTranslator(RddTranslator):
         """PCollection -> its windowed-value coder id."""
         return self._windowed
 
-    def __init__(self, pipeline, sc, options, state_root: str, key_groups: int):
+    def __init__(
+        self,
+        pipeline,
+        sc,
+        options,
+        state_root: str,
+        key_groups: int,
+        max_records: int | None = None,
+    ):
         super().__init__(pipeline, sc, options)
+        self._max_records = max_records
         # The driver holds no stage's output between batches.
         self._driver_stages = set()
         self._state_root = state_root
@@ -216,6 +225,7 @@ class MicroBatchTranslator(RddTranslator):
             output_watermark=marks.output_of(name, proto.outputs.values()),
             processing_time=self._spec.processing_time,
             side_watermark=min(sides, default=MAX_MICROS),
+            max_records=self._max_records,
         )
 
     def _main_input(self, name: str, in_pc: str):

@@ -70,6 +70,9 @@ class TaskSpec:
     processing_time: int
     # The minimum of the stage's side inputs' watermarks (+inf: none).
     side_watermark: int = MAX_MICROS
+    # Records a splittable DoFn's bundle may output before it is
+    # checkpointed (None: no cap).
+    max_records: int | None = None
 
     def event_horizon(self) -> int:
         """Event-time timers at or before this (µs) are due."""
@@ -146,7 +149,7 @@ def stage_partition(
     records: Iterable[Any],
 ) -> Iterator[tuple[int, Any]]:
     """Spark ``mapPartitions`` body of a stage in a micro-batch."""
-    time = MicroBatchTime(task.input_watermark, task.processing_time)
+    time = MicroBatchTime(task.input_watermark, task.processing_time, task.max_records)
     state, groups = None, None
     entries = side_bc.value if side_bc is not None else ()
     if plan.stateful:

@@ -16,6 +16,10 @@ DEFAULT_MASTER = "local[*,4]"
 # Key groups per stateful stage in streaming: the unit of state a task owns
 # in a batch, so also the most tasks a stateful stage can use.
 DEFAULT_KEY_GROUPS = 16
+# Records a source may emit per micro-batch: a few seconds of work for a
+# simple pipeline on two cores, so a backlog (a restart after an outage)
+# is read over several batches that each commit.
+DEFAULT_MAX_RECORDS = 100_000
 
 
 class SparkOptions(PipelineOptions):
@@ -70,6 +74,14 @@ class SparkOptions(PipelineOptions):
             "long, it follows the processing time less this delay, so an idle "
             "source stops holding the pipeline (0: never; a replay of old "
             "data needs it off).",
+        )
+        parser.add_argument(
+            "--streaming_max_records_per_batch",
+            type=int,
+            default=DEFAULT_MAX_RECORDS,
+            help="Streaming: records a source (a splittable DoFn) may emit in "
+            "one micro-batch before it is checkpointed and resumed in the next "
+            "(0: no cap). Bounds a batch after a backlog, e.g. on restart.",
         )
         parser.add_argument(
             "--streaming_batch_interval_seconds",

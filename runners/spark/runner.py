@@ -120,9 +120,12 @@ class SparkRunner(runner.PipelineRunner):
             key_groups=int(spark_options.streaming_key_groups),
             batch_interval=float(spark_options.streaming_batch_interval_seconds),
             idle_timeout=float(spark_options.streaming_idle_timeout_seconds),
+            max_records=int(spark_options.streaming_max_records_per_batch) or None,
         )
         if settings.key_groups < 1:
             raise ValueError("--streaming_key_groups must be at least 1")
+        if spark_options.streaming_max_records_per_batch < 0:
+            raise ValueError("--streaming_max_records_per_batch must be 0 or more")
         _LOGGER.info("SparkRunner: streaming on %s", sc.master)
         return StreamingPipelineResult(
             StreamingJob(optimized, sc, spark_options, settings)

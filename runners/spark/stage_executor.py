@@ -25,9 +25,13 @@ import itertools
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+from apache_beam.metrics import monitoring_infos
+from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 from apache_beam.runners.worker import (
     data_plane,
@@ -37,6 +41,7 @@ from apache_beam.runners.worker import (
 )
 
 from runners.spark.errors import StageFailure
+from runners.spark.keyed import decode_with_bytes
 from runners.spark.metrics import MetricsSnapshot
 from runners.spark.plan import INPUT_ID, StagePlan
 from runners.spark.state_store import InMemoryStageState, StageState, TimerStore
@@ -50,6 +55,15 @@ MAX_TIMER_BUNDLES = 100_000
 # The runner's timer element of a timer bundle: its content is never read,
 # but the in-memory data plane drops empty elements.
 _FIRE = b"\x01"
+# How often a bundle of a splittable DoFn is asked for its output count when
+# the time policy caps its records.
+_PROGRESS_POLL_S = 0.02
+# A split with nothing kept of the remainder: the current element's
+# restriction is checkpointed, and the elements after it are not read.
+_SPLIT_AT_CURRENT_ELEMENT = beam_fn_api_pb2.ProcessBundleSplitRequest.DesiredSplit(
+    fraction_of_remainder=0.0
+)
+_SDF_PROCESS = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 
 class UntimedStateSampler(statesampler.StateSampler):
@@ -157,9 +171,87 @@ class InProcessHarness:
         """Runs one control instruction synchronously."""
         return self._worker.do_instruction(request)
 
+    def output_count(self, instruction_id: str, pcollections: set[str]) -> int:
+        """Elements a running bundle has output to ``pcollections`` so far
+        (0 once it has ended). Safe from another thread."""
+        response = self._worker.do_instruction(
+            beam_fn_api_pb2.InstructionRequest(
+                instruction_id=f"{instruction_id}-progress",
+                process_bundle_progress=beam_fn_api_pb2.ProcessBundleProgressRequest(
+                    instruction_id=instruction_id
+                ),
+            )
+        )
+        return sum(
+            monitoring_infos.extract_counter_value(info)
+            for info in response.process_bundle_progress.monitoring_infos
+            if info.urn == monitoring_infos.ELEMENT_COUNT_URN
+            and info.labels.get(monitoring_infos.PCOLLECTION_LABEL) in pcollections
+        )
+
+    def checkpoint(
+        self, instruction_id: str
+    ) -> beam_fn_api_pb2.ProcessBundleSplitResponse:
+        """Asks a running bundle to stop after its current element, and its
+        splittable DoFn to checkpoint that element's restriction."""
+        response = self._worker.do_instruction(
+            beam_fn_api_pb2.InstructionRequest(
+                instruction_id=f"{instruction_id}-split",
+                process_bundle_split=beam_fn_api_pb2.ProcessBundleSplitRequest(
+                    instruction_id=instruction_id,
+                    desired_splits={INPUT_ID: _SPLIT_AT_CURRENT_ELEMENT},
+                ),
+            )
+        )
+        return response.process_bundle_split
+
     def close(self) -> None:
         """Tears the DoFns down."""
         self._processors.shutdown()
+
+
+class _RecordCap:
+    """Watches one bundle of a splittable DoFn from a second thread and
+    checkpoints it once it has output ``limit`` elements, as Beam's runners
+    bound a splittable DoFn's work per bundle (by outputs and by time)."""
+
+    def __init__(
+        self,
+        harness: InProcessHarness,
+        instruction_id: str,
+        outputs: set[str],
+        limit: int,
+    ) -> None:
+        self._harness = harness
+        self._instruction_id = instruction_id
+        self._outputs = outputs
+        self._limit = limit
+        self._done = threading.Event()
+        self.split: beam_fn_api_pb2.ProcessBundleSplitResponse | None = None
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(_PROGRESS_POLL_S):
+            count = self._harness.output_count(self._instruction_id, self._outputs)
+            if count >= self._limit:
+                self.split = self._harness.checkpoint(self._instruction_id)
+                return
+
+    def stop(self) -> beam_fn_api_pb2.ProcessBundleSplitResponse | None:
+        """Ends the watch (the bundle has ended); the split it made, if any."""
+        self._done.set()
+        self._thread.join()
+        return self.split
+
+
+@dataclass
+class _BundleEnd:
+    """What a bundle leaves to the task: residual roots for the time policy,
+    and input elements a split left unprocessed."""
+
+    residuals: list[Any] = field(default_factory=list)
+    unprocessed: list[bytes] = field(default_factory=list)
 
 
 def _bundles(inputs: Iterable[bytes], bundle_bytes: int) -> Iterator[list[bytes]]:
@@ -205,6 +297,15 @@ class StageExecutor:
         self.time = time or BatchTime()
         self._ids = itertools.count()
         self.metrics = MetricsSnapshot()
+        # The record cap counts what a splittable DoFn emits (its elements
+        # are restrictions that can be checkpointed part way).
+        self._capped_outputs = {
+            pcoll
+            for t in descriptor.transforms.values()
+            if t.spec.urn == _SDF_PROCESS
+            for pcoll in t.outputs.values()
+        }
+        self._descriptor = descriptor
 
     def run(self, inputs: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
         """Processes the partition's encoded elements; yields tagged outputs."""
@@ -249,10 +350,13 @@ class StageExecutor:
 
     def _process(self, data: list[bytes], fire_timers: bool) -> Iterator:
         while True:
-            residuals = yield from self._run_bundle(data, fire_timers)
-            # A splittable DoFn checkpointed itself: the time policy says
-            # whether to resume it here or leave it to a later batch.
-            data, fire_timers = self.time.resume_now(residuals), False
+            end = yield from self._run_bundle(data, fire_timers)
+            # A splittable DoFn checkpointed (by itself, or at the record
+            # cap): the time policy says whether to resume it here or leave
+            # it to a later batch. Input elements a split left unprocessed
+            # are still this task's.
+            data = end.unprocessed + self.time.resume_now(end.residuals)
+            fire_timers = False
             if not data:
                 return
 
@@ -276,11 +380,19 @@ class StageExecutor:
                 process_bundle_descriptor_id=self._plan.descriptor_id
             ),
         )
+        cap = self.time.record_cap() if self._capped_outputs else None
+        watch = (
+            _RecordCap(self._harness, instruction_id, self._capped_outputs, cap)
+            if cap
+            else None
+        )
         try:
             response = self._harness.execute(request)
         except Exception:  # noqa: BLE001 - user code may raise anything
             # The in-process harness raises instead of answering with an error.
             raise StageFailure(self._plan.label, traceback.format_exc()) from None
+        finally:
+            split = watch.stop() if watch else None
         outputs = list(conn.input_elements(instruction_id, []))
         if response.error:
             raise StageFailure(self._plan.label, response.error)
@@ -291,7 +403,23 @@ class StageExecutor:
         self.metrics.add_monitoring_infos(result.monitoring_infos)
         if result.requires_finalization:
             self._finalize(instruction_id)
-        return list(result.residual_roots)
+        end = _BundleEnd(list(result.residual_roots))
+        if split is not None:
+            end.residuals.extend(split.residual_roots)
+            for channel in split.channel_splits:
+                end.unprocessed = self._elements_from(
+                    data, channel.first_residual_element
+                )
+        return end
+
+    def _elements_from(self, chunks: list[bytes], first: int) -> list[bytes]:
+        """The encoded input elements of ``chunks`` from index ``first`` on."""
+        context = pipeline_context.PipelineContext(self._descriptor)
+        impl = context.coders[self._plan.input_coder_id].get_impl()
+        elements = (
+            raw for chunk in chunks for _, raw in decode_with_bytes(chunk, impl)
+        )
+        return list(itertools.islice(elements, first, None))
 
     def _finalize(self, instruction_id: str) -> None:
         # Best effort, as in Beam's FnApiRunner: right after the bundle, before

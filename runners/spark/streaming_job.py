@@ -59,6 +59,8 @@ class StreamingSettings:
     # Seconds a source's watermark may stand still before it follows the
     # clock (delayed by as much); 0: a source holds for as long as it likes.
     idle_timeout: float = 0.0
+    # Records a source's bundle may output in one batch (None: no cap).
+    max_records: int | None = None
 
 
 class StreamingJob:
@@ -82,6 +84,7 @@ class StreamingJob:
             spark_options,
             str(self.checkpoint.root / "state"),
             settings.key_groups,
+            settings.max_records,
         )
         self._settings = settings
         primitives = self._translator.primitives

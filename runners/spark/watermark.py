@@ -45,6 +45,10 @@ class StageTime(Protocol):
         """Of a bundle's residual roots, the encoded elements to resume in
         this task; the others are kept by the policy."""
 
+    def record_cap(self) -> int | None:
+        """Outputs after which a bundle of a splittable DoFn is checkpointed
+        (None: it runs until it defers by itself)."""
+
 
 class BatchTime:
     """Batch: nothing due until the input is consumed, then everything."""
@@ -64,18 +68,28 @@ class BatchTime:
     def resume_now(self, residuals: list[Any]) -> list[bytes]:
         return [r.application.element for r in residuals]
 
+    def record_cap(self) -> int | None:
+        return None
+
 
 class MicroBatchTime:
     """One micro-batch: the driver's watermark and processing time.
 
-    Residual roots (a splittable DoFn that deferred its remainder) are kept
-    in ``deferred`` for the driver, with their requested delay and the
-    watermark their estimator reported.
+    Residual roots (a splittable DoFn that deferred its remainder, or was
+    checkpointed once it had output ``max_records`` elements) are kept in
+    ``deferred`` for the driver, with their requested delay and the
+    watermark their estimator reported: a later batch resumes them.
     """
 
-    def __init__(self, input_watermark: int, processing_time: int) -> None:
+    def __init__(
+        self,
+        input_watermark: int,
+        processing_time: int,
+        max_records: int | None = None,
+    ) -> None:
         self.input_watermark = input_watermark
         self.processing_time = processing_time
+        self.max_records = max_records
         self.deferred: list[Any] = []
 
     def event_horizon(self) -> int:
@@ -90,3 +104,6 @@ class MicroBatchTime:
     def resume_now(self, residuals: list[Any]) -> list[bytes]:
         self.deferred.extend(residuals)
         return []
+
+    def record_cap(self) -> int | None:
+        return self.max_records

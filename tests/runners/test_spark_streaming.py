@@ -231,3 +231,71 @@ def test_an_idle_source_stops_holding_the_watermark_after_the_timeout(tmp_path):
     )
     assert released, "windows must close once the silent source is idle"
     assert all(line.startswith("('ticks', ") for line in released)
+
+
+class BundleSizes(beam.DoFn):
+    """Passes elements through; appends each bundle's element count to a
+    file (fused into the source's stage, so its bundles are the source's)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def start_bundle(self):
+        self._count = 0
+
+    def process(self, element):
+        self._count += 1
+        yield element
+
+    def finish_bundle(self):
+        if self._count:
+            with open(self._path, "a") as sizes:
+                sizes.write(f"{self._count}\n")
+
+
+def test_a_backlog_is_read_over_several_batches_at_the_record_cap(tmp_path):
+    # 20,000 ticks already due when the job starts: without a cap,
+    # PeriodicImpulse emits them all in its first bundle.
+    now = time.time()
+    sizes, seen = tmp_path / "sizes.txt", tmp_path / "seen"
+    seen.mkdir()
+    pipeline = _pipeline(tmp_path, "--streaming_max_records_per_batch=2000")
+    _ = (
+        pipeline
+        | PeriodicImpulse(
+            start_timestamp=now - 20, stop_timestamp=now, fire_interval=0.001
+        )
+        | beam.ParDo(BundleSizes(str(sizes)))
+        # One window around every tick, so that the count fires once.
+        | beam.WindowInto(FixedWindows(10**10))
+        | beam.combiners.Count.Globally().without_defaults()
+        | beam.Map(lambda n: (seen / str(n)).touch())
+    )
+    assert pipeline.run().wait_until_finish(duration=240_000) == PipelineState.DONE
+    bundles = [int(line) for line in sizes.read_text().split()]
+    assert sum(bundles) == 20_000
+    assert [p.name for p in seen.iterdir()] == ["20000"]
+    assert len(bundles) >= 5
+    # The cap is checked every 20 ms while the bundle runs: some overshoot.
+    assert max(bundles) <= 3 * 2000
+
+
+def test_elements_past_the_allowed_lateness_are_counted_as_dropped(tmp_path):
+    stream = (
+        TestStream()
+        .add_elements([TimestampedValue(("k", 1), 1)])
+        .advance_watermark_to(30)
+        .add_elements([TimestampedValue(("k", 2), 2), TimestampedValue(("k", 3), 25)])
+        .advance_watermark_to_infinity()
+    )
+    pipeline = _pipeline(tmp_path)
+    _ = (
+        pipeline
+        | stream
+        | beam.WindowInto(FixedWindows(10), allowed_lateness=Duration(seconds=5))
+        | beam.GroupByKey()
+    )
+    result = pipeline.run()
+    assert result.wait_until_finish() == PipelineState.DONE
+    query = result.metrics().query(MetricsFilter().with_name("droppedDueToLateness"))
+    assert [c.committed for c in query["counters"]] == [1]

@@ -1,0 +1,153 @@
+"""Memory of SparkRunner streaming as keyed state grows from 10k to 1M keys.
+
+    python benchmarks/streaming_state_memory.py                 # 10k, 100k, 1M keys
+    python benchmarks/streaming_state_memory.py --keys 10000,200000 --rate 10000
+
+For each key count K, one streaming pipeline on SparkRunner ``local[2]``:
+an unbounded source (``PeriodicImpulse``) at ``--rate`` events/s with event
+time = now, each event keyed to one of K keys in turn, into a stateful DoFn
+that keeps a count per key (value state) and sets an event-time timer an
+hour ahead for each new key, so that after K / rate seconds every key has a
+state cell and a pending timer. The job is cancelled once the source has
+gone through every key.
+
+Printed per K: the peak RSS of Spark's Python workers (where the keyed
+stage's tasks run), of the JVM and of the driver process, sampled every
+200 ms; the state's size on disk; and the ratio of the workers' peak to the
+smallest K's in the same run. Durable state lives in SQLite key groups on
+disk, so the workers' memory should stay flat while the state grows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import apache_beam as beam
+from apache_beam.coders import VarIntCoder
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms.periodicsequence import PeriodicImpulse
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
+from process_memory import PeakRss
+
+from runners.spark import SparkRunner
+from runners.spark.options import SparkOptions
+from runners.spark.session import get_or_create_session
+
+# Far enough ahead that no timer fires while the state grows.
+TIMER_AHEAD_S = 3600
+
+
+class KeyCounter(beam.DoFn):
+    """A count per key, and a timer per key an hour after its first event.
+
+    State: ``count`` (value state), for the life of the job. Timer:
+    ``expiry`` (event time), set once per key; it never fires during the run,
+    so every key also holds a pending timer row.
+    """
+
+    COUNT = ReadModifyWriteStateSpec("count", VarIntCoder())
+    EXPIRY = TimerSpec("expiry", TimeDomain.WATERMARK)
+
+    def process(
+        self,
+        element,
+        timestamp=beam.DoFn.TimestampParam,
+        count=beam.DoFn.StateParam(COUNT),
+        expiry=beam.DoFn.TimerParam(EXPIRY),
+    ):
+        seen = count.read() or 0
+        if not seen:
+            expiry.set(timestamp + TIMER_AHEAD_S)
+        count.write(seen + 1)
+
+    @on_timer(EXPIRY)
+    def expire(self, count=beam.DoFn.StateParam(COUNT)):
+        count.clear()
+
+
+def _is_worker(driver_pid: int):
+    def counts(name: str, pid: int) -> bool:
+        return name.startswith("python") and pid != driver_pid
+
+    return counts
+
+
+def run_keys(keys: int, args, work: Path) -> dict:
+    """One pipeline over ``keys`` keys; its memory figures."""
+    checkpoint = work / f"checkpoint-{keys}"
+    seconds = keys / args.rate
+    start = time.time()
+    rate = args.rate
+    options = PipelineOptions(
+        ["--streaming", f"--checkpoint_dir={checkpoint}"],
+    )
+    pipeline = beam.Pipeline(runner=SparkRunner(), options=options)
+    _ = (
+        pipeline
+        | PeriodicImpulse(
+            start_timestamp=start,
+            stop_timestamp=start + seconds,
+            fire_interval=1 / rate,
+        )
+        | "Key" >> beam.Map(lambda t: (str(round((t - start) * rate) % keys), 1))
+        | beam.ParDo(KeyCounter())
+    )
+    driver = os.getpid()
+    with (
+        PeakRss(_is_worker(driver)) as workers,
+        PeakRss(lambda name, _pid: name == "java") as jvm,
+        PeakRss(lambda _name, pid: pid == driver) as driver_rss,
+    ):
+        result = pipeline.run()
+        result.wait_until_finish(duration=int((seconds + args.drain) * 1000))
+        result.cancel()
+        result.wait_until_finish()
+    state = sum(
+        f.stat().st_size for f in (checkpoint / "state").rglob("*") if f.is_file()
+    )
+    return {
+        "keys": keys,
+        "seconds": time.time() - start,
+        "workers": workers.peak / 2**20,
+        "jvm": jvm.peak / 2**20,
+        "driver": driver_rss.peak / 2**20,
+        "state": state / 2**20,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", default="10000,100000,1000000")
+    parser.add_argument("--rate", type=int, default=20000, help="events per second")
+    parser.add_argument(
+        "--drain", type=float, default=10, help="seconds after the source ends"
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    spark = get_or_create_session(SparkOptions(["--spark_master_url=local[2]"]))
+    spark.sparkContext.setLogLevel("ERROR")
+    work = Path(tempfile.mkdtemp(prefix="streaming-state-memory-"))
+    rows = [run_keys(int(k), args, work) for k in args.keys.split(",")]
+    base = rows[0]["workers"]
+    print(f"rate {args.rate:,} events/s, local[2]; peak RSS in MiB")
+    print("     keys  run s  workers  ratio     JVM  driver  state on disk")
+    for row in rows:
+        print(
+            f"{row['keys']:>9,} {row['seconds']:>6.0f} {row['workers']:>8.0f} "
+            f"{row['workers'] / base:>6.2f} {row['jvm']:>7.0f} {row['driver']:>7.0f} "
+            f"{row['state']:>10.0f} MiB"
+        )
+
+
+if __name__ == "__main__":
+    main()
