@@ -15,10 +15,13 @@ RSS_SAMPLE_S = 0.2
 
 class PeakRss:
     """Samples the RSS of this process and its descendants (those ``counts``
-    accepts by command name and pid, all by default); keeps the peak."""
+    accepts by command name and pid, all by default); keeps the peak of
+    their sum, of the largest one, and the most processes counted at once."""
 
     def __init__(self, counts: Callable[[str, int], bool] | None = None) -> None:
         self.peak = 0
+        self.largest = 0
+        self.processes = 0
         self._counts = counts or (lambda _name, _pid: True)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -34,10 +37,10 @@ class PeakRss:
     def _run(self) -> None:
         while not self._stop.wait(RSS_SAMPLE_S):
             tree = process_tree(os.getpid())
-            rss = sum(
-                r for pid, (name, r, _) in tree.items() if self._counts(name, pid)
-            )
-            self.peak = max(self.peak, rss)
+            rss = [r for pid, (name, r, _) in tree.items() if self._counts(name, pid)]
+            self.peak = max(self.peak, sum(rss))
+            self.largest = max(self.largest, max(rss, default=0))
+            self.processes = max(self.processes, len(rss))
 
 
 def process_tree(root: int) -> dict[int, tuple[str, int, float]]:

@@ -7,15 +7,19 @@ For each key count K, one streaming pipeline on SparkRunner ``local[2]``:
 an unbounded source (``PeriodicImpulse``) at ``--rate`` events/s with event
 time = now, each event keyed to one of K keys in turn, into a stateful DoFn
 that keeps a count per key (value state) and sets an event-time timer an
-hour ahead for each new key, so that after K / rate seconds every key has a
-state cell and a pending timer. The job is cancelled once the source has
-gone through every key.
+hour ahead for each new key. Every run lasts as long as the largest K
+needs to reach all its keys (largest K / rate seconds), so the runs differ
+in their number of keys, not in how long they ran: at the end every key
+has a state cell and a pending timer.
 
-Printed per K: the peak RSS of Spark's Python workers (where the keyed
-stage's tasks run), of the JVM and of the driver process, sampled every
-200 ms; the state's size on disk; and the ratio of the workers' peak to the
-smallest K's in the same run. Durable state lives in SQLite key groups on
-disk, so the workers' memory should stay flat while the state grows.
+Printed per K, sampled every 200 ms: the peak RSS of the largest of
+Spark's Python worker processes (where the keyed stage's tasks run) and its
+ratio to the smallest K's in the same run; the peak of all workers' RSS
+together and the most worker processes alive at once (Spark starts one more
+when a task is waiting for a free one, so the sum moves in steps of one
+process); the JVM's and the driver's peak; and the state's size on disk.
+Durable state lives in SQLite key groups on disk, so the workers' memory
+should stay flat while the state grows.
 """
 
 from __future__ import annotations
@@ -82,10 +86,9 @@ def _is_worker(driver_pid: int):
     return counts
 
 
-def run_keys(keys: int, args, work: Path) -> dict:
-    """One pipeline over ``keys`` keys; its memory figures."""
+def run_keys(keys: int, seconds: float, args, work: Path) -> dict:
+    """One pipeline over ``keys`` keys for ``seconds``; its memory figures."""
     checkpoint = work / f"checkpoint-{keys}"
-    seconds = keys / args.rate
     start = time.time()
     rate = args.rate
     options = PipelineOptions(
@@ -119,6 +122,8 @@ def run_keys(keys: int, args, work: Path) -> dict:
         "keys": keys,
         "seconds": time.time() - start,
         "workers": workers.peak / 2**20,
+        "largest": workers.largest / 2**20,
+        "processes": workers.processes,
         "jvm": jvm.peak / 2**20,
         "driver": driver_rss.peak / 2**20,
         "state": state / 2**20,
@@ -137,14 +142,20 @@ def main() -> None:
     spark = get_or_create_session(SparkOptions(["--spark_master_url=local[2]"]))
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="streaming-state-memory-"))
-    rows = [run_keys(int(k), args, work) for k in args.keys.split(",")]
-    base = rows[0]["workers"]
+    keys = [int(k) for k in args.keys.split(",")]
+    seconds = max(keys) / args.rate
+    rows = [run_keys(k, seconds, args, work) for k in keys]
+    base = rows[0]["largest"]
     print(f"rate {args.rate:,} events/s, local[2]; peak RSS in MiB")
-    print("     keys  run s  workers  ratio     JVM  driver  state on disk")
+    print(
+        "     keys  run s  largest worker  ratio  workers (n)     JVM  driver"
+        "  state on disk"
+    )
     for row in rows:
         print(
-            f"{row['keys']:>9,} {row['seconds']:>6.0f} {row['workers']:>8.0f} "
-            f"{row['workers'] / base:>6.2f} {row['jvm']:>7.0f} {row['driver']:>7.0f} "
+            f"{row['keys']:>9,} {row['seconds']:>6.0f} {row['largest']:>15.0f} "
+            f"{row['largest'] / base:>6.2f} {row['workers']:>8.0f} "
+            f"({row['processes']}) {row['jvm']:>7.0f} {row['driver']:>7.0f} "
             f"{row['state']:>10.0f} MiB"
         )
 

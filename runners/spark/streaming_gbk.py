@@ -12,8 +12,10 @@ allowed lateness and merging windows behave as that driver defines them,
 batch after batch. The earliest event-time and processing-time trigger
 timers of a key are rows of the group's timer table, so a batch wakes only
 the keys with a due timer; the key's earliest pane hold holds the stage's
-output watermark. A window's trigger state is forgotten once the window
-has expired (Beam's driver keeps it for ever).
+output watermark. Once a window has expired (the watermark is past its end
+plus the allowed lateness), what it still buffers unemitted goes out in a
+final pane and its trigger state is forgotten (``TriggerDriverPanes._expire``;
+Beam's Python driver keeps both, and the window's watermark hold, for ever).
 
 Event-time triggers fire once the input watermark has passed them (the same
 strict rule as user timers); processing-time triggers at the batch's logged
@@ -69,14 +71,19 @@ def _load(store: KeyGroupStore, key: bytes) -> trigger.InMemoryUnmergedState:
     return state
 
 
-def _save(store: KeyGroupStore, key: bytes, state: Any) -> None:
+def _save(store: KeyGroupStore, key: bytes, state: Any, lateness) -> None:
     store.clear(_STATE_ROW + key)
     windows = {w: dict(tags) for w, tags in state.state.items() if tags}
     timers = {w: t for w, t in state.timers.items() if t}
     if windows or timers or state.global_state:
         blob = (timers, windows, dict(state.global_state))
         store.append(_STATE_ROW + key, pickle.dumps(blob, protocol=5))
-    earliest = {EVENT_DOMAIN: None, PROCESSING_DOMAIN: None}
+    # A window's expiry wakes its key as an event-time timer would.
+    expiries = [
+        min((w.end + lateness).micros, MAX_MICROS)
+        for w in state.get_global_state(trigger.MergeableStateAdapter.WINDOW_IDS, {})
+    ]
+    earliest = {EVENT_DOMAIN: min(expiries, default=None), PROCESSING_DOMAIN: None}
     for window_timers in timers.values():
         for (_, domain, _), ts in window_timers.items():
             row = EVENT_DOMAIN if domain == TimeDomain.WATERMARK else PROCESSING_DOMAIN
@@ -107,6 +114,9 @@ class TriggerDriverPanes:
         self._by_key: dict[bytes, list] = collections.defaultdict(list)
         self._keys: dict[bytes, Any] = {}
         self._lateness = windowing.allowed_lateness
+        self._accumulating = (
+            windowing.accumulation_mode == trigger.AccumulationMode.ACCUMULATING
+        )
         self._input_wm = Timestamp(micros=batch.input_watermark)
         self.dropped_late = 0
 
@@ -140,27 +150,46 @@ class TriggerDriverPanes:
             values = self._by_key.get(nested, ())
             for pane in _fire(self._driver, state, values, batch, horizon, processing):
                 panes.append(pane.with_value((key, pane.value)))
-            self._forget_expired(state)
-            _save(store, nested, state)
+            for pane in self._expire(state):
+                panes.append(pane.with_value((key, pane.value)))
+            _save(store, nested, state, self._lateness)
         return panes
 
-    def _forget_expired(self, state: trigger.InMemoryUnmergedState) -> None:
-        """Drops the state of windows no element can reach any more and no
-        timer will fire for. Beam's driver names each window by ids (the
-        ids of the windows merged into it) in a global map."""
-        ids_tag = trigger.MergeableStateAdapter.WINDOW_IDS
-        window_ids = state.get_global_state(ids_tag, {})
-        expired = [
-            window
-            for window, ids in window_ids.items()
-            if self._input_wm > window.end + self._lateness
-            and not any(state.timers.get(i) for i in ids)
-        ]
-        for window in expired:
-            for window_id in window_ids.pop(window):
+    def _expire(self, state: trigger.InMemoryUnmergedState) -> list:
+        """Last panes of the key's expired windows; then their state goes.
+
+        A window expires once the input watermark has passed its end plus
+        the allowed lateness: no element can reach it any more. Elements it
+        still buffers that no pane has emitted yet (a ``Never`` trigger, an
+        ``AfterCount`` never reached, what arrived after the last firing of
+        a discarding trigger) go out in a final pane, as Beam's model and
+        its Java runners define it. Beam's Python driver keeps such a window,
+        and its watermark hold, for ever. (An accumulating window that has
+        fired already is not emitted again: its buffer cannot tell what is
+        new since its last pane.)
+        """
+        adapter = trigger.MergeableStateAdapter(state)
+        driver = self._driver
+        panes, expired = [], False
+        for window in adapter.known_windows():
+            expiry = window.end + self._lateness
+            if not self._input_wm > expiry:
+                continue
+            expired = True
+            unemitted = adapter.get_state(window, driver.ELEMENTS) and not (
+                adapter.get_state(window, driver.TOMBSTONE)
+                or (self._accumulating and adapter.get_state(window, driver.INDEX))
+            )
+            if unemitted:
+                # On time when the window's end is its expiry (no lateness).
+                on_time = expiry == window.end
+                panes.append(driver._output(window, True, adapter, expiry, on_time))
+            for window_id in adapter.window_ids.pop(window):
                 state.state.pop(window_id, None)
+                state.timers.pop(window_id, None)
         if expired:
-            state.set_global_state(ids_tag, window_ids)
+            adapter._persist_window_ids()
+        return panes
 
 
 def group_streaming(

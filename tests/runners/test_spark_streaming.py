@@ -299,3 +299,38 @@ def test_elements_past_the_allowed_lateness_are_counted_as_dropped(tmp_path):
     assert result.wait_until_finish() == PipelineState.DONE
     query = result.metrics().query(MetricsFilter().with_name("droppedDueToLateness"))
     assert [c.committed for c in query["counters"]] == [1]
+
+
+def test_an_expired_window_emits_what_its_trigger_never_fired(tmp_path):
+    # AfterCount(3) never fires for a window of two elements; once the
+    # watermark passes the window's end plus its lateness they come out in a
+    # last pane (and the window stops holding the watermark, so the job ends).
+    stream = (
+        TestStream()
+        .add_elements([TimestampedValue(("k", 1), 1), TimestampedValue(("k", 2), 2)])
+        .add_elements([TimestampedValue(("k", 11), 11)])
+        .advance_watermark_to(16)  # [0, 10) is past end + 5 s: expired
+        .add_elements([TimestampedValue(("k", 12), 12)])
+        .advance_watermark_to_infinity()
+    )
+    with _pipeline(tmp_path, "--allow_unsafe_triggers") as p:
+        panes = (
+            p
+            | stream
+            | beam.WindowInto(
+                FixedWindows(10),
+                trigger=trigger.AfterCount(3),
+                accumulation_mode=trigger.AccumulationMode.DISCARDING,
+                allowed_lateness=Duration(seconds=5),
+            )
+            | beam.GroupByKey()
+            | beam.Map(
+                lambda kv, pane=beam.DoFn.PaneInfoParam: (
+                    sorted(kv[1]),
+                    pane.is_last,
+                    pane.timing,
+                )
+            )
+        )
+        # LATE (timing 2): the windows expire after their end.
+        assert_that(panes, equal_to([([1, 2], True, 2), ([11, 12], True, 2)]))
