@@ -43,11 +43,12 @@ setup(
             # generator in tests; bump both together.
             "grpcio-tools==1.81.1",
             "google-cloud-bigtable>=2.50,<3",
-            # Beam's FnApiRunnerTest and userstate_test, run against our
-            # Spark runner, need them.
+            # Beam's FnApiRunnerTest, userstate_test and util_test, run
+            # against our Spark runner, need them.
             "pyhamcrest>=2",
             "tenacity>=8",
             "mock>=5",
+            "parameterized>=0.9",
         ],
     },
 )

@@ -20,7 +20,9 @@ timer cleared by an earlier callback of the round still fires there).
 
 from __future__ import annotations
 
+import collections
 import functools
+import hashlib
 import itertools
 import threading
 import traceback
@@ -118,9 +120,12 @@ class _TimerPort:
         self,
         transform_id: str,
         family_id: str,
+        coder: Any,
         timers: TimerStore,
         fire: Callable[[], None],
     ) -> None:
+        # The SDK's own timer coder, which the next task's port needs too.
+        self.coder = coder
         self._transform_id = transform_id
         self._family_id = family_id
         self._timers = timers
@@ -136,6 +141,16 @@ class _TimerPort:
         return iter(())
 
 
+class _BoundServicer:
+    """The state servicer of the task a reused harness is running now."""
+
+    def __init__(self) -> None:
+        self.target: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.target, name)
+
+
 class InProcessHarness:
     """Beam's SdkWorker with in-memory control, data and state planes.
 
@@ -144,26 +159,36 @@ class InProcessHarness:
     modules and cost milliseconds per state write here, far more than
     reading Beam's in-memory state servicer again. (Side inputs are still
     cached per bundle by the SDK's side-input maps.) Nor does its state
-    sampler run a thread (``UntimedStateSampler``). Each bundle processor
-    goes through ``prepare`` before it runs a bundle.
+    sampler run a thread (``UntimedStateSampler``).
+
+    A harness outlives its task: Spark reuses a Python worker for the next
+    task, and building a stage's bundle processor (its DoFns, their
+    signatures) costs tens of milliseconds, several times per micro-batch.
+    So :func:`harness_for` keeps the harnesses of recent stages per process,
+    and each task binds to it its state servicer and the ``prepare`` every
+    bundle processor goes through before it runs a bundle.
     """
 
-    def __init__(
-        self,
-        descriptor: beam_fn_api_pb2.ProcessBundleDescriptor,
-        servicer: Any,
-        prepare: Callable[[Any], None],
-    ) -> None:
+    def __init__(self, descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> None:
         self.data_conn = data_plane.InMemoryDataChannel()
-        state = sdk_worker.GlobalCachingStateHandler(statecache.StateCache(0), servicer)
+        self._servicer = _BoundServicer()
+        self._prepare: Callable[[Any], None] = lambda _processor: None
+        state = sdk_worker.GlobalCachingStateHandler(
+            statecache.StateCache(0), self._servicer
+        )
         self._processors = _ProcessorCache(
             worker_handlers.FNAPI_RUNNER_CAPABILITIES,
             worker_handlers.SingletonStateHandlerFactory(state),
             data_plane.InMemoryDataChannelFactory(self.data_conn.inverse()),
             {descriptor.id: descriptor},
-            prepare=prepare,
+            prepare=lambda processor: self._prepare(processor),
         )
         self._worker = sdk_worker.SdkWorker(self._processors)
+
+    def bind(self, servicer: Any, prepare: Callable[[Any], None]) -> None:
+        """Makes the harness serve one task."""
+        self._servicer.target = servicer
+        self._prepare = prepare
 
     def execute(
         self, request: beam_fn_api_pb2.InstructionRequest
@@ -254,6 +279,32 @@ class _BundleEnd:
     unprocessed: list[bytes] = field(default_factory=list)
 
 
+# Harnesses kept per Python worker process, most recently used last.
+_HARNESSES: collections.OrderedDict[str, InProcessHarness] = collections.OrderedDict()
+# Stages whose harness a worker keeps; the least recently used goes first.
+_KEPT_HARNESSES = 16
+# Instruction ids are unique per process: a reused harness's SDK worker has
+# seen those of earlier tasks.
+_INSTRUCTION_IDS = itertools.count()
+
+
+def harness_for(plan: StagePlan) -> InProcessHarness:
+    """This process's harness for ``plan``'s stage, built on first use.
+
+    Keyed by the descriptor's content, not its id: another pipeline in the
+    same worker may have a stage of the same name."""
+    key = hashlib.sha1(plan.descriptor).hexdigest()
+    harness = _HARNESSES.pop(key, None)
+    if harness is None:
+        descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(plan.descriptor)
+        harness = InProcessHarness(descriptor)
+    _HARNESSES[key] = harness
+    while len(_HARNESSES) > _KEPT_HARNESSES:
+        _, evicted = _HARNESSES.popitem(last=False)
+        evicted.close()
+    return harness
+
+
 def _bundles(inputs: Iterable[bytes], bundle_bytes: int) -> Iterator[list[bytes]]:
     batch: list[bytes] = []
     size = 0
@@ -291,11 +342,9 @@ class StageExecutor:
             side_input_entries, plan.timer_families
         )
         self._timers = self.state.timers
-        self._harness = InProcessHarness(
-            descriptor, self.state.servicer, self._route_timers
-        )
+        self._harness = harness_for(plan)
+        self._harness.bind(self.state.servicer, self._route_timers)
         self.time = time or BatchTime()
-        self._ids = itertools.count()
         self.metrics = MetricsSnapshot()
         # The record cap counts what a splittable DoFn emits (its elements
         # are restrictions that can be checkpointed part way).
@@ -325,15 +374,19 @@ class StageExecutor:
                 "looping timer lack a stop condition?"
             )
         finally:
-            self._harness.close()
+            # The harness stays for the stage's next task in this process.
+            self._harness.bind(None, lambda _processor: None)
 
     def _route_timers(self, processor: Any) -> None:
         fire = functools.partial(self._fire_due, processor.ops)
         for (transform_id, family_id), info in processor.timers_info.items():
-            if not isinstance(info.timer_coder_impl, _TimerPort):
-                self._timers.bind_coder(transform_id, family_id, info.timer_coder_impl)
+            coder = info.timer_coder_impl
+            if isinstance(coder, _TimerPort):
+                # A processor reused from an earlier bundle or task.
+                coder = coder.coder
+            self._timers.bind_coder(transform_id, family_id, coder)
             info.timer_coder_impl = _TimerPort(
-                transform_id, family_id, self._timers, fire
+                transform_id, family_id, coder, self._timers, fire
             )
 
     def _fire_due(self, ops: dict[str, Any]) -> None:
@@ -361,7 +414,7 @@ class StageExecutor:
                 return
 
     def _run_bundle(self, data: list[bytes], fire_timers: bool) -> Any:
-        instruction_id = f"{self._plan.label}-{next(self._ids)}"
+        instruction_id = f"{self._plan.label}-{next(_INSTRUCTION_IDS)}"
         conn = self._harness.data_conn
         to_sdk = conn.output_stream(instruction_id, INPUT_ID)
         for chunk in data:

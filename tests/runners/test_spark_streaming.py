@@ -334,3 +334,41 @@ def test_an_expired_window_emits_what_its_trigger_never_fired(tmp_path):
         )
         # LATE (timing 2): the windows expire after their end.
         assert_that(panes, equal_to([([1, 2], True, 2), ([11, 12], True, 2)]))
+
+
+class RecordSetups(beam.DoFn):
+    """Passes elements through; appends its process id to a file at setup."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def setup(self):
+        import os
+
+        with open(self._path, "a") as setups:
+            setups.write(f"{os.getpid()}\n")
+
+    def process(self, element):
+        yield element
+
+
+def test_a_stage_keeps_its_dofns_set_up_from_batch_to_batch(tmp_path):
+    # Each batch runs the stage again; Spark reuses its Python workers, and
+    # a worker reuses the stage's bundle processor (and the DoFns in it).
+    setups, seen = tmp_path / "setups.txt", tmp_path / "seen"
+    seen.mkdir()
+    stream = TestStream()
+    for step in range(8):
+        stream = stream.add_elements([step]).advance_watermark_to(step + 1)
+    pipeline = _pipeline(tmp_path)
+    _ = (
+        pipeline
+        | stream.advance_watermark_to_infinity()
+        | beam.ParDo(RecordSetups(str(setups)))
+        | beam.Map(lambda step: (seen / str(step)).touch())
+    )
+    assert pipeline.run().wait_until_finish() == PipelineState.DONE
+    assert sorted(int(p.name) for p in seen.iterdir()) == list(range(8))
+    workers = setups.read_text().split()
+    # One setup per worker process, not one per batch.
+    assert len(workers) == len(set(workers)) < 8
