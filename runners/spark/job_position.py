@@ -42,6 +42,9 @@ class JobPosition:
     source_progress: dict[str, list[int]] = field(default_factory=dict)
     watermarks: dict[str, int] = field(default_factory=dict)
     metrics: MetricsSnapshot = field(default_factory=MetricsSnapshot)
+    # Draining: unbounded sources have stopped; the job ends once every
+    # watermark is +inf and every event-time timer has fired.
+    draining: bool = False
 
     def to_record(self) -> dict:
         return {
@@ -61,6 +64,7 @@ class JobPosition:
             "source_progress": self.source_progress,
             "watermarks": self.watermarks,
             "metrics": base64.b64encode(pickle.dumps(self.metrics)).decode(),
+            "draining": self.draining,
         }
 
     @classmethod
@@ -86,6 +90,7 @@ class JobPosition:
             source_progress=record["source_progress"],
             watermarks=record["watermarks"],
             metrics=pickle.loads(base64.b64decode(record["metrics"])),
+            draining=record.get("draining", False),
         )
 
     def source_holds(self, now: int, idle_timeout: int) -> dict[str, int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from apache_beam.portability import common_urns
 from apache_beam.portability.api import (
     beam_fn_api_pb2,
     beam_runner_api_pb2,
@@ -20,6 +21,8 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 
 INPUT_ID = "spark_input"
+# The transform that runs a splittable DoFn over its restrictions.
+SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 
 @dataclass(frozen=True)

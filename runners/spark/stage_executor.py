@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apache_beam.metrics import monitoring_infos
-from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
@@ -45,7 +44,7 @@ from apache_beam.runners.worker import (
 from runners.spark.errors import StageFailure
 from runners.spark.keyed import decode_with_bytes
 from runners.spark.metrics import MetricsSnapshot
-from runners.spark.plan import INPUT_ID, StagePlan
+from runners.spark.plan import INPUT_ID, SDF_PROCESS_URN, StagePlan
 from runners.spark.state_store import InMemoryStageState, StageState, TimerStore
 from runners.spark.watermark import BatchTime, StageTime
 
@@ -65,7 +64,6 @@ _PROGRESS_POLL_S = 0.02
 _SPLIT_AT_CURRENT_ELEMENT = beam_fn_api_pb2.ProcessBundleSplitRequest.DesiredSplit(
     fraction_of_remainder=0.0
 )
-_SDF_PROCESS = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 
 class UntimedStateSampler(statesampler.StateSampler):
@@ -351,7 +349,7 @@ class StageExecutor:
         self._capped_outputs = {
             pcoll
             for t in descriptor.transforms.values()
-            if t.spec.urn == _SDF_PROCESS
+            if t.spec.urn == SDF_PROCESS_URN
             for pcoll in t.outputs.values()
         }
         self._descriptor = descriptor

@@ -112,6 +112,8 @@ class StreamingJob:
             test_streams=dict.fromkeys(self._scripts, 0),
         )
         self._stop = threading.Event()
+        self._drain = threading.Event()
+        self._unbounded = self._translator.unbounded_sources()
         # Side-input PCollections' elements from every committed batch.
         self._side_contents: dict[str, list[bytes]] = {}
 
@@ -143,6 +145,35 @@ class StreamingJob:
     def stop(self) -> None:
         """Asks the loop to stop after the batch it is running commits."""
         self._stop.set()
+
+    def drain(self) -> None:
+        """Asks the job to drain from its next batch on: see
+        :meth:`_start_draining`."""
+        self._drain.set()
+
+    def _start_draining(self) -> None:
+        """Unbounded sources stop: their remainders are dropped (the default
+        truncation of an unbounded restriction) and TestStreams jump to
+        their end, so every watermark goes to +inf; bounded remainders are
+        still read to their end. The job then fires every event-time timer
+        and pane and ends. Only between batches, never in a replay: a
+        logged batch runs as it was logged."""
+        position = self.position
+        position.draining = True
+        kept = [r for r in position.remainders if r.stage not in self._unbounded]
+        dropped = len(position.remainders) - len(kept)
+        position.remainders = kept
+        for name, script in self._scripts.items():
+            position.test_streams[name] = max(
+                position.test_streams[name], script.end_position
+            )
+        _LOGGER.info(
+            "SparkRunner streaming: draining from batch %d: %d unbounded "
+            "remainder(s) dropped, %d bounded one(s) read to their end",
+            position.next_batch,
+            dropped,
+            len(kept),
+        )
 
     def _restore(self) -> None:
         last = self.checkpoint.last_commit()
@@ -194,6 +225,8 @@ class StreamingJob:
         logged = self.checkpoint.read_offsets(batch)
         if logged is not None:
             return self._replayed(batch, logged)
+        if self._drain.is_set() and not position.draining:
+            self._start_draining()
         scripted = bool(self._scripts)
         now = (
             self._script_time(position.test_streams)

@@ -38,6 +38,13 @@ class StreamingPipelineResult(runner.PipelineResult):
         self._job.stop()
         return self.wait_until_finish()
 
+    def drain(self) -> str:
+        """Stops reading unbounded sources after the running batch, finishes
+        bounded ones, fires every remaining event-time timer and pane (the
+        watermark goes to +inf), and waits for the job to end: DONE."""
+        self._job.drain()
+        return self.wait_until_finish()
+
     def metrics(self) -> SparkMetrics:
         """User metrics of the committed batches (a replay counts once)."""
         return SparkMetrics(self._job.position.metrics)

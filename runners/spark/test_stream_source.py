@@ -83,6 +83,11 @@ class ScriptedStream:
         self._element_coder_id = payload.coder_id
         self._windowed = windowed_coders
 
+    @property
+    def end_position(self) -> int:
+        """The position after the final step (every watermark at +inf)."""
+        return len(self.events) + 1
+
     def done(self, position: int) -> bool:
         """Whether the script has ended at ``position`` (the final step to
         +inf included)."""

@@ -372,3 +372,66 @@ def test_a_stage_keeps_its_dofns_set_up_from_batch_to_batch(tmp_path):
     workers = setups.read_text().split()
     # One setup per worker process, not one per batch.
     assert len(workers) == len(set(workers)) < 8
+
+
+class _Upto(beam.transforms.core.RestrictionProvider):
+    """Offsets 0..n of a bounded range, n given by the element."""
+
+    def initial_restriction(self, element):
+        return OffsetRange(0, element)
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+        return restriction.size()
+
+
+class SlowCounter(beam.DoFn):
+    """A bounded source: one offset per batch, resumed 0.3 s later."""
+
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(_Upto())):
+        position = tracker.current_restriction().start
+        if tracker.try_claim(position):
+            yield position
+            tracker.defer_remainder(Duration(seconds=0.3))
+
+
+def test_a_drained_job_finishes_bounded_sources_and_fires_every_window(tmp_path):
+    ticks_seen, windows, counted = (
+        tmp_path / "ticks.txt",
+        tmp_path / "windows.txt",
+        tmp_path / "counted.txt",
+    )
+
+    def append(path, line):
+        with open(path, "a") as out:
+            out.write(f"{line}\n")
+
+    start = time.time()
+    pipeline = _pipeline(tmp_path)
+    _ = (
+        pipeline
+        | PeriodicImpulse(
+            start_timestamp=start, stop_timestamp=start + 3600, fire_interval=0.2
+        )
+        | "Seen" >> beam.Map(lambda t: append(ticks_seen, t) or ("ticks", 1))
+        | beam.WindowInto(FixedWindows(60))
+        | beam.CombinePerKey(sum)
+        | "Window" >> beam.Map(lambda kv: append(windows, kv[1]))
+    )
+    _ = (
+        pipeline
+        | beam.Create([15])
+        | beam.ParDo(SlowCounter())
+        | "Counted" >> beam.Map(lambda n: append(counted, n))
+    )
+    result = pipeline.run()
+    assert result.wait_until_finish(duration=4_000) == PipelineState.RUNNING
+    # An hour of ticks left and most of the count: a drain ends the job
+    # anyway, after the count is done and the open minute has fired.
+    assert result.drain() == PipelineState.DONE
+    assert sorted(int(n) for n in counted.read_text().split()) == list(range(15))
+    ticks = len(ticks_seen.read_text().split())
+    assert ticks > 0
+    assert sum(int(n) for n in windows.read_text().split()) == ticks

@@ -27,12 +27,16 @@ SKIPS: dict[str, str] = {
         "separate processes (Beam's portable runners skip it too)"
     ),
     "test_sdf_default_truncate_when_unbounded": (
-        "drain (stop reading, truncate unbounded restrictions, finish) is not "
-        "built; cancel() stops after a committed batch instead"
+        "runs in drain mode from the start (Beam's FnApiRunner(is_drain=True)) "
+        "and asserts what the DoFn's own truncate_restriction keeps; this "
+        "runner drains a running job (result.drain()) and drops unbounded "
+        "remainders without calling truncate_restriction"
     ),
     "test_sdf_with_truncate": (
-        "drain (stop reading, truncate unbounded restrictions, finish) is not "
-        "built; cancel() stops after a committed batch instead"
+        "runs in drain mode from the start (Beam's FnApiRunner(is_drain=True)) "
+        "and asserts what the DoFn's own truncate_restriction keeps; this "
+        "runner drains a running job (result.drain()) and drops unbounded "
+        "remainders without calling truncate_restriction"
     ),
 }
 
