@@ -93,13 +93,19 @@ class JobPosition:
             draining=record.get("draining", False),
         )
 
-    def source_holds(self, now: int, idle_timeout: int) -> dict[str, int]:
+    def source_holds(
+        self, now: int, idle_timeout: int, resumed_at: int | None = None
+    ) -> dict[str, int]:
         """Each splittable DoFn stage's hold: the watermark its remainders
         report, or, once it has stood still for the idle timeout, the
         processing time less the timeout (an idle source stops holding the
-        pipeline back, as an injector with no pending input would)."""
+        pipeline back, as an injector with no pending input would). With
+        ``resumed_at``, the remainders a batch at that time resumes hold
+        nothing: they report anew when they run."""
         holds: dict[str, int] = {}
         for remainder in self.remainders:
+            if resumed_at is not None and remainder.ready_at <= resumed_at:
+                continue
             holds[remainder.stage] = min(
                 holds.get(remainder.stage, MAX_MICROS), remainder.watermark
             )

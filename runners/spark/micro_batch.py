@@ -24,6 +24,7 @@ do runs no Spark job.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from runners.spark.keyed import round_robin_partition
 from runners.spark.metrics import MetricsAccumulatorParam, MetricsSnapshot
 from runners.spark.micro_batch_task import (
     META,
+    EarlyWatermark,
     SideChunk,
     TaskSpec,
     key_group_elements,
@@ -69,6 +71,12 @@ class BatchSpec:
     # TestStream script -> the events [start, end) the batch applies.
     test_stream_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     test_stream_records: int = 0
+    # Source stages whose remainders the batch resumes: their tasks report
+    # the watermark they leave under ``reports_dir``, and the watermarks
+    # computed without those remainders' holds (``EarlyWatermark``).
+    reporting: set[str] = field(default_factory=set)
+    reports_dir: str = ""
+    released: Watermarks | None = None
 
 
 def stage_key(name: str) -> str:
@@ -164,6 +172,8 @@ class MicroBatchTranslator(RddTranslator):
         """Runs one batch; returns its driver records and metrics."""
         self._spec = spec
         self._rdds, self._empty = {}, set()
+        # A reporting source's output -> (its report directory, its tasks).
+        self._reports: dict[str, tuple[str, int]] = {}
         self._on_driver = {
             pc: self._side_contents.get(pc, []) for pc in self._side_pcollections
         }
@@ -238,6 +248,12 @@ class MicroBatchTranslator(RddTranslator):
         name = proto.unique_name
         marks = self._spec.watermarks
         sides = [marks.pcollections[pc] for pc in self.side_inputs.get(name, ())]
+        early = None
+        released = self._spec.released
+        for pc in _main_inputs(proto):
+            if released is not None and pc in self._reports:
+                report_dir, reports = self._reports[pc]
+                early = EarlyWatermark(released.inputs[name], report_dir, reports)
         return TaskSpec(
             stage=name,
             state_dir=f"{self._state_root}/{stage_key(name)}",
@@ -248,6 +264,7 @@ class MicroBatchTranslator(RddTranslator):
             processing_time=self._spec.processing_time,
             side_watermark=min(sides, default=MAX_MICROS),
             max_records=self._max_records,
+            early=early,
         )
 
     def _main_input(self, name: str, in_pc: str):
@@ -306,6 +323,13 @@ class MicroBatchTranslator(RddTranslator):
             rdd = self._by_key_group(proto, plan.input_pcollection, plan.input_coder_id)
         else:
             rdd = self._main_input(proto.unique_name, plan.input_pcollection)
+        if proto.unique_name in self._spec.reporting:
+            # A source resumed in this batch: the stages it feeds learn the
+            # watermark it leaves in this same batch.
+            report_dir = f"{self._spec.reports_dir}/{stage_key(proto.unique_name)}"
+            task = dataclasses.replace(task, report_dir=report_dir)
+            for pc in proto.outputs.values():
+                self._reports[pc] = (report_dir, rdd.getNumPartitions())
         body = functools.partial(
             stage_partition,
             plan,

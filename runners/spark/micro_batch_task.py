@@ -10,9 +10,14 @@ its side inputs (:class:`PushedBack`).
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from pyspark import TaskContext
 
 from runners.spark.components import context_from_bytes
 from runners.spark.keyed import decode_with_bytes
@@ -37,6 +42,23 @@ class Deferred:
     element: bytes
     delay_micros: int
     watermark: int
+
+
+@dataclass(frozen=True)
+class EarlyWatermark:
+    """How a stage reading a source's output straight from this batch learns
+    the watermark the source leaves, without waiting a batch for the driver.
+
+    The source's tasks run before this stage's (a shuffle separates them),
+    and each writes the watermark its deferred remainders report into
+    ``report_dir``. The stage's input watermark is then the smaller of
+    ``without_source`` (what the driver computed with the source's resumed
+    remainders taken out) and those reports.
+    """
+
+    without_source: int
+    report_dir: str
+    reports: int
 
 
 @dataclass(frozen=True)
@@ -73,6 +95,39 @@ class TaskSpec:
     # Records a splittable DoFn's bundle may output before it is
     # checkpointed (None: no cap).
     max_records: int | None = None
+    # A source stage: where its tasks report the watermark they leave.
+    report_dir: str | None = None
+    # A stage fed straight by a source of this batch.
+    early: EarlyWatermark | None = None
+
+    def with_early_watermark(self) -> TaskSpec:
+        """This task with its input watermark raised to what the source
+        upstream reported in this batch (itself if a report is missing)."""
+        early = self.early
+        if early is None:
+            return self
+        reports = []
+        for part in range(early.reports):
+            try:
+                reports.append(int(Path(early.report_dir, str(part)).read_text()))
+            except FileNotFoundError:
+                return self
+        raised = min([early.without_source, *reports])
+        if raised <= self.input_watermark:
+            return self
+        return dataclasses.replace(self, input_watermark=raised, early=None)
+
+    def report_watermark(self, deferred: list[Deferred]) -> None:
+        """A source's task: the watermark its remainders leave (+inf: none
+        left), for the stages downstream in the same batch."""
+        if self.report_dir is None:
+            return
+        mark = min((d.watermark for d in deferred), default=MAX_MICROS)
+        path = Path(self.report_dir, str(TaskContext.get().partitionId()))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staged = path.with_suffix(".tmp")
+        staged.write_text(str(mark))
+        os.replace(staged, path)
 
     def event_horizon(self) -> int:
         """Event-time timers at or before this (µs) are due."""
@@ -149,6 +204,10 @@ def stage_partition(
     records: Iterable[Any],
 ) -> Iterator[tuple[int, Any]]:
     """Spark ``mapPartitions`` body of a stage in a micro-batch."""
+    # Timers fire only after the task's last input element, so the whole
+    # task may run under the watermark the source upstream left in this
+    # batch: the elements it emitted arrive before any timer it makes due.
+    task = task.with_early_watermark()
     time = MicroBatchTime(task.input_watermark, task.processing_time, task.max_records)
     state, groups = None, None
     entries = side_bc.value if side_bc is not None else ()
@@ -169,9 +228,11 @@ def stage_partition(
         raise
     if executor.metrics:
         accumulator.add(executor.metrics)
+    deferred = [_deferred(task.stage, residual) for residual in time.deferred]
+    task.report_watermark(deferred)
     for summary in summaries:
         yield META, summary
-    for residual in time.deferred:
-        yield META, _deferred(task.stage, residual)
+    for remainder in deferred:
+        yield META, remainder
     for element in pushed:
         yield META, element

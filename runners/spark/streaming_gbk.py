@@ -220,6 +220,12 @@ def group_streaming(
             if raw:
                 grouping.add(in_impl.decode(raw))
         panes = grouping.fire()
+        raised = batch.with_early_watermark()
+        if raised is not batch:
+            # The source upstream has moved the watermark past what the
+            # batch's elements were judged by (they arrived before it
+            # moved): now fire what that move makes due.
+            panes += panes_of(windowing, raised, in_coder, groups).fire()
         out_impl = context.coders[output_coder_id].get_impl()
         for chunk in encode_chunks(panes, out_impl):
             yield 0, chunk

@@ -27,6 +27,7 @@ then are reported and dropped: no clock will make them due.
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import threading
 import time
@@ -190,6 +191,8 @@ class StreamingJob:
 
     def _run(self, spec: BatchSpec) -> None:
         started = time.monotonic()
+        # A crashed attempt of this batch may have left reports behind.
+        shutil.rmtree(spec.reports_dir, ignore_errors=True)
         records, metrics = (
             self._translator.run_batch(spec) if _has_work(spec) else ([], None)
         )
@@ -202,6 +205,7 @@ class StreamingJob:
             self._translator.set_side_contents(self._side_contents)
         self.checkpoint.write_commit(spec.batch, self.position.to_record())
         self.checkpoint.prune(spec.batch)
+        shutil.rmtree(spec.reports_dir, ignore_errors=True)
         _LOGGER.info(
             "SparkRunner streaming: batch %d committed in %.2f s: %d TestStream "
             "record(s) and %d resumed element(s) in, %d key group(s) woken, "
@@ -298,6 +302,7 @@ class StreamingJob:
     def _spec(self, batch: int, now: int, positions: dict[str, int]) -> BatchSpec:
         position = self.position
         marks = self._compute_watermarks(positions, now)
+        reporting = {r.stage for r in position.remainders if r.ready_at <= now}
         due = {}
         for stage, groups in position.groups.items():
             horizon = event_horizon(marks.inputs[stage])
@@ -322,6 +327,13 @@ class StreamingJob:
             impulse=not position.impulse_done,
             due_groups=due,
             resumed=resumed,
+            reporting=reporting,
+            reports_dir=str(self.checkpoint.root / "reports" / str(batch)),
+            released=(
+                self._compute_watermarks(positions, now, resumed_at=now)
+                if reporting
+                else None
+            ),
         )
 
     def _refed(self, marks: Watermarks) -> list[PushedBack]:
@@ -337,7 +349,9 @@ class StreamingJob:
         sides = self._translator.side_inputs.get(stage, ())
         return min((marks.pcollections[pc] for pc in sides), default=MAX_MICROS)
 
-    def _compute_watermarks(self, positions: dict[str, int], now: int) -> Watermarks:
+    def _compute_watermarks(
+        self, positions: dict[str, int], now: int, resumed_at: int | None = None
+    ) -> Watermarks:
         sources = dict.fromkeys(
             self._impulse_outputs,
             MAX_MICROS if self.position.impulse_done else MIN_MICROS,
@@ -350,7 +364,8 @@ class StreamingJob:
             if marks:
                 holds[stage] = min(marks)
         timeout = int(self._settings.idle_timeout * 1e6)
-        for stage, source_hold in self.position.source_holds(now, timeout).items():
+        source_holds = self.position.source_holds(now, timeout, resumed_at)
+        for stage, source_hold in source_holds.items():
             holds[stage] = min(holds.get(stage, MAX_MICROS), source_hold)
         for held in self.position.pushed:
             holds[held.stage] = min(holds.get(held.stage, MAX_MICROS), held.timestamp)

@@ -16,6 +16,7 @@ from runners.spark.durable_store import (
     KeyGroupStore,
     StateAheadOfCheckpoint,
 )
+from runners.spark.micro_batch_task import EarlyWatermark, TaskSpec
 from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
 from runners.spark.watermark import MAX_MICROS, MIN_MICROS
 from runners.spark.watermark_manager import WatermarkManager
@@ -145,3 +146,30 @@ def test_test_stream_steps_take_one_element_event_and_the_watermark_after_it():
     last = script.next_step(5)  # after the last event: every watermark to +inf
     assert last.end == 6 and script.done(6)
     assert script.watermarks(6)[out] == MAX_MICROS
+
+
+def _task(input_watermark: int, early=None) -> TaskSpec:
+    return TaskSpec(
+        stage="s",
+        state_dir="unused",
+        key_groups=1,
+        batch=3,
+        input_watermark=input_watermark,
+        output_watermark=input_watermark,
+        processing_time=0,
+        early=early,
+    )
+
+
+def test_a_stage_takes_the_watermark_its_source_left_in_the_same_batch(tmp_path):
+    (tmp_path / "0").write_text("700")
+    (tmp_path / "1").write_text("900")
+    early = EarlyWatermark(without_source=800, report_dir=str(tmp_path), reports=2)
+    # The smallest report, below what the rest of the pipeline allows.
+    assert _task(100, early).with_early_watermark().input_watermark == 700
+    early = EarlyWatermark(without_source=650, report_dir=str(tmp_path), reports=2)
+    assert _task(100, early).with_early_watermark().input_watermark == 650
+    # Never lower than planned, and unchanged while a report is missing.
+    assert _task(750, early).with_early_watermark().input_watermark == 750
+    missing = EarlyWatermark(without_source=800, report_dir=str(tmp_path), reports=3)
+    assert _task(100, missing).with_early_watermark().input_watermark == 100
