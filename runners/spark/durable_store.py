@@ -23,7 +23,8 @@ Tables:
 - ``meta``: the last batch applied and the next timer sequence number.
 
 The file lives on local disk: a million keys are a million rows, not a
-million objects in the task's memory (SQLite caches a few MiB of pages).
+million objects in the task's memory. SQLite's page cache is held to
+``_PAGE_CACHE_KIB`` per open key group.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ EVENT_DOMAIN = 0
 # Seconds a task waits for a key group another attempt holds.
 _LOCK_WAIT = 120.0
 PROCESSING_DOMAIN = 1
+# SQLite caches 2 MiB of pages per connection by default, and a task keeps
+# every key group it touched open until it ends: 32 MiB of a worker with 16
+# groups. Pages evicted from this smaller cache stay in the OS page cache.
+_PAGE_CACHE_KIB = 256
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS state(
@@ -130,9 +135,8 @@ class KeyGroupStore:
         # wait for it rather than fail.
         self._db = sqlite3.connect(path, isolation_level=None, timeout=_LOCK_WAIT)
         self._db.executescript(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-            + _SCHEMA
-            + _undo_triggers()
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+            f"PRAGMA cache_size=-{_PAGE_CACHE_KIB};" + _SCHEMA + _undo_triggers()
         )
         self._db.execute("BEGIN IMMEDIATE")
         self._undo_uncommitted()
