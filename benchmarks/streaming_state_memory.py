@@ -18,6 +18,10 @@ ratio to the smallest K's in the same run; the peak of all workers' RSS
 together and the most worker processes alive at once (Spark starts one more
 when a task is waiting for a free one, so the sum moves in steps of one
 process); the JVM's and the driver's peak; and the state's size on disk.
+"events in" is the share of the source's events the stateful DoFn counted
+before the run stopped (the source's length plus ``--drain`` seconds, which
+also covers firing every key's timer once the source ends): below 100%, the
+job did not keep up with the rate.
 Durable state lives in SQLite key groups on disk, so the workers' memory
 should stay flat while the state grows.
 """
@@ -33,6 +37,8 @@ from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.coders import VarIntCoder
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.periodicsequence import PeriodicImpulse
 from apache_beam.transforms.timeutil import TimeDomain
@@ -62,6 +68,9 @@ class KeyCounter(beam.DoFn):
     COUNT = ReadModifyWriteStateSpec("count", VarIntCoder())
     EXPIRY = TimerSpec("expiry", TimeDomain.WATERMARK)
 
+    def __init__(self):
+        self._events = Metrics.counter("benchmark", "events")
+
     def process(
         self,
         element,
@@ -69,6 +78,7 @@ class KeyCounter(beam.DoFn):
         count=beam.DoFn.StateParam(COUNT),
         expiry=beam.DoFn.TimerParam(EXPIRY),
     ):
+        self._events.inc()
         seen = count.read() or 0
         if not seen:
             expiry.set(timestamp + TIMER_AHEAD_S)
@@ -115,12 +125,15 @@ def run_keys(keys: int, seconds: float, args, work: Path) -> dict:
         result.wait_until_finish(duration=int((seconds + args.drain) * 1000))
         result.cancel()
         result.wait_until_finish()
+    counted = result.metrics().query(MetricsFilter().with_name("events"))["counters"]
     state = sum(
         f.stat().st_size for f in (checkpoint / "state").rglob("*") if f.is_file()
     )
     return {
         "keys": keys,
         "seconds": time.time() - start,
+        "events": sum(c.committed or 0 for c in counted),
+        "expected": round(seconds * rate),
         "workers": workers.peak / 2**20,
         "largest": workers.largest / 2**20,
         "processes": workers.processes,
@@ -148,12 +161,13 @@ def main() -> None:
     base = rows[0]["largest"]
     print(f"rate {args.rate:,} events/s, local[2]; peak RSS in MiB")
     print(
-        "     keys  run s  largest worker  ratio  workers (n)     JVM  driver"
-        "  state on disk"
+        "     keys  run s  events in  largest worker  ratio  workers (n)     JVM"
+        "  driver  state on disk"
     )
     for row in rows:
         print(
-            f"{row['keys']:>9,} {row['seconds']:>6.0f} {row['largest']:>15.0f} "
+            f"{row['keys']:>9,} {row['seconds']:>6.0f} "
+            f"{row['events'] / row['expected']:>9.1%} {row['largest']:>15.0f} "
             f"{row['largest'] / base:>6.2f} {row['workers']:>8.0f} "
             f"({row['processes']}) {row['jvm']:>7.0f} {row['driver']:>7.0f} "
             f"{row['state']:>10.0f} MiB"
