@@ -250,10 +250,19 @@ class MicroBatchTranslator(RddTranslator):
         sides = [marks.pcollections[pc] for pc in self.side_inputs.get(name, ())]
         early = None
         released = self._spec.released
-        for pc in _main_inputs(proto):
-            if released is not None and pc in self._reports:
-                report_dir, reports = self._reports[pc]
-                early = EarlyWatermark(released.inputs[name], report_dir, reports)
+        mains = list(_main_inputs(proto))
+        # Only where the one source resumed in the batch is all the stage
+        # reads: ``released`` leaves out every resumed source's hold, and the
+        # reports stand in for this source's alone.
+        if (
+            released is not None
+            and len(self._spec.reporting) == 1
+            and not sides
+            and mains
+            and all(pc in self._reports for pc in mains)
+        ):
+            report_dir, reports = self._reports[mains[0]]
+            early = EarlyWatermark(released.inputs[name], report_dir, reports)
         return TaskSpec(
             stage=name,
             state_dir=f"{self._state_root}/{stage_key(name)}",
