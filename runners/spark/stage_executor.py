@@ -168,6 +168,7 @@ class InProcessHarness:
     """
 
     def __init__(self, descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> None:
+        self.descriptor = descriptor
         self.data_conn = data_plane.InMemoryDataChannel()
         self._servicer = _BoundServicer()
         self._prepare: Callable[[Any], None] = lambda _processor: None
@@ -335,12 +336,13 @@ class StageExecutor:
     ) -> None:
         self._plan = plan
         self._bundle_bytes = bundle_bytes
-        descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(plan.descriptor)
         self.state = state or InMemoryStageState(
             side_input_entries, plan.timer_families
         )
         self._timers = self.state.timers
         self._harness = harness_for(plan)
+        # Parsed once per process with the harness, not once per task.
+        descriptor = self._harness.descriptor
         self._harness.bind(self.state.servicer, self._route_timers)
         self.time = time or BatchTime()
         self.metrics = MetricsSnapshot()
