@@ -45,14 +45,12 @@ from runners.spark.micro_batch_task import (
     key_group_elements,
     stage_partition,
 )
-from runners.spark.plan import SDF_PROCESS_URN, StagePlan
+from runners.spark.plan import StagePlan
 from runners.spark.streaming_gbk import group_streaming
 from runners.spark.test_stream_source import TEST_STREAM_URN
 from runners.spark.translation import FLATTEN, GROUP_BY_KEY, RddTranslator
 from runners.spark.watermark import MAX_MICROS
 from runners.spark.watermark_manager import Watermarks
-
-_UNBOUNDED = beam_runner_api_pb2.IsBounded.UNBOUNDED
 
 
 @dataclass
@@ -137,26 +135,6 @@ class MicroBatchTranslator(RddTranslator):
     def keyed_stages(self) -> list[str]:
         """Unique names of the transforms that keep keyed state."""
         return [p.unique_name for p in self.primitives if self._is_keyed(p)]
-
-    def unbounded_sources(self) -> set[str]:
-        """Stages whose splittable DoFn reads without end (its output is an
-        unbounded PCollection): a drain drops their remainders."""
-        names = set()
-        for proto in self.primitives:
-            if proto.spec.urn != EXECUTABLE_STAGE:
-                continue
-            payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(
-                proto.spec.payload
-            )
-            inner = payload.components
-            for transform_id in payload.transforms:
-                transform = inner.transforms[transform_id]
-                if transform.spec.urn == SDF_PROCESS_URN and any(
-                    inner.pcollections[pc].is_bounded == _UNBOUNDED
-                    for pc in transform.outputs.values()
-                ):
-                    names.add(proto.unique_name)
-        return names
 
     def _is_keyed(self, proto: beam_runner_api_pb2.PTransform) -> bool:
         if proto.spec.urn == GROUP_BY_KEY:

@@ -22,6 +22,8 @@ from apache_beam.runners import runner
 from apache_beam.runners.portability.fn_api_runner import translations
 from apache_beam.transforms import environments
 
+from runners.spark.drain_plan import drain_phases
+from runners.spark.driver_stages import EXECUTABLE_STAGE
 from runners.spark.errors import from_spark_exception
 from runners.spark.metrics import MetricsSnapshot, SparkMetrics
 from runners.spark.options import SparkOptions
@@ -63,7 +65,18 @@ class SparkPipelineResult(runner.PipelineResult):
 
 
 class SparkRunner(runner.PipelineRunner):
-    """Runs Beam pipelines on PySpark; see ``docs/spark-runner.md``."""
+    """Runs Beam pipelines on PySpark; see ``docs/spark-runner.md``.
+
+    ``is_drain``: a streaming pipeline drains from its first batch, as with
+    Beam's ``FnApiRunner(is_drain=True)``: every splittable DoFn's
+    restriction goes through its ``truncate_restriction`` before it is
+    read, TestStreams jump to their end, and the job ends once what is left
+    is read. (A running job drains with ``result.drain()``.)
+    """
+
+    def __init__(self, is_drain: bool = False) -> None:
+        super().__init__()
+        self._is_drain = is_drain
 
     def default_environment(self, options: PipelineOptions) -> environments.Environment:
         # The SDK harness runs embedded in Spark's Python workers.
@@ -76,12 +89,12 @@ class SparkRunner(runner.PipelineRunner):
         ensure_python_env()
         self._check_requirements(pipeline)
         streaming = is_streaming(pipeline, options)
-        optimized = optimize(pipeline, streaming)
         spark_options = options.view_as(SparkOptions)
         session = get_or_create_session(spark_options)
         sc = session.sparkContext
         if streaming:
-            return self._run_streaming(optimized, sc, spark_options)
+            return self._run_streaming(pipeline, sc, spark_options)
+        optimized = optimize(pipeline, streaming)
         translator = RddTranslator(optimized, sc, spark_options)
         started = time.monotonic()
         try:
@@ -113,22 +126,27 @@ class SparkRunner(runner.PipelineRunner):
             runner.PipelineState.DONE, translator.accumulator.value
         )
 
-    @staticmethod
-    def _run_streaming(optimized, sc, spark_options) -> StreamingPipelineResult:
+    def _run_streaming(self, pipeline, sc, spark_options) -> StreamingPipelineResult:
         settings = StreamingSettings(
             checkpoint_dir=spark_options.checkpoint_dir,
             key_groups=int(spark_options.streaming_key_groups),
             batch_interval=float(spark_options.streaming_batch_interval_seconds),
             idle_timeout=float(spark_options.streaming_idle_timeout_seconds),
             max_records=int(spark_options.streaming_max_records_per_batch) or None,
+            start_drained=self._is_drain,
         )
         if settings.key_groups < 1:
             raise ValueError("--streaming_key_groups must be at least 1")
         if spark_options.streaming_max_records_per_batch < 0:
             raise ValueError("--streaming_max_records_per_batch must be 0 or more")
         _LOGGER.info("SparkRunner: streaming on %s", sc.master)
+        # Optimising rewrites the proto it is given: each plan from a copy.
+        plan, drain_plan = (
+            optimize(_copied(pipeline), streaming=True, is_drain=draining)
+            for draining in (False, True)
+        )
         return StreamingPipelineResult(
-            StreamingJob(optimized, sc, spark_options, settings)
+            StreamingJob(plan, drain_plan, sc, spark_options, settings)
         )
 
     @staticmethod
@@ -149,21 +167,43 @@ def is_streaming(pipeline: beam_runner_api_pb2.Pipeline, options: PipelineOption
 
 
 def optimize(
-    pipeline: beam_runner_api_pb2.Pipeline, streaming: bool = False
+    pipeline: beam_runner_api_pb2.Pipeline,
+    streaming: bool = False,
+    is_drain: bool = False,
 ) -> beam_runner_api_pb2.Pipeline:
     """Beam's own phases (fusion, combiner lifting, SDF expansion) down to
     fused stages and the primitives this runner translates. Streaming leaves
     out combiner packing, as Beam's portable runners do: it is a batch
-    optimisation, and Beam's suites expect no packed step in streaming."""
+    optimisation, and Beam's suites expect no packed step in streaming.
+    ``is_drain`` gives the plan a draining job runs (``drain_plan.py``)."""
     phases = translations.standard_optimize_phases()
     if streaming:
         phases.remove(translations.pack_combiners)
-    return translations.optimize_pipeline(
+    if is_drain:
+        phases = drain_phases(phases)
+    optimized = translations.optimize_pipeline(
         pipeline,
         phases=phases,
         known_runner_urns=KNOWN_URNS | {TEST_STREAM_URN},
         partial=False,
+        is_drain=is_drain,
     )
+    # Beam names a fused stage after its steps plus a process-wide counter,
+    # so the same pipeline's stages are named differently after another
+    # pipeline was optimised in the process. A streaming job finds its
+    # state, remainders and checkpoint by stage name: each stage takes its
+    # transform id instead, which depends on this pipeline alone.
+    transforms = optimized.components.transforms
+    for transform_id in optimized.root_transform_ids:
+        if transforms[transform_id].spec.urn == EXECUTABLE_STAGE:
+            transforms[transform_id].unique_name = transform_id
+    return optimized
+
+
+def _copied(pipeline: beam_runner_api_pb2.Pipeline) -> beam_runner_api_pb2.Pipeline:
+    copy = beam_runner_api_pb2.Pipeline()
+    copy.CopyFrom(pipeline)
+    return copy
 
 
 def _discard(_record) -> None:

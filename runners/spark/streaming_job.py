@@ -26,6 +26,7 @@ then are reported and dropped: no clock will make them due.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from apache_beam.runners import runner
 
 from runners.spark.checkpoint import CheckpointDir
+from runners.spark.drain_plan import truncation_targets
 from runners.spark.driver_stages import IMPULSE
 from runners.spark.durable_store import GroupSummary
 from runners.spark.errors import from_spark_exception
@@ -62,12 +64,16 @@ class StreamingSettings:
     idle_timeout: float = 0.0
     # Records a source's bundle may output in one batch (None: no cap).
     max_records: int | None = None
+    # Drain from the first batch (Beam's FnApiRunner(is_drain=True)).
+    start_drained: bool = False
 
 
 class StreamingJob:
     """One streaming pipeline's driver loop (run in a background thread)."""
 
-    def __init__(self, pipeline, sc, spark_options, settings: StreamingSettings):
+    def __init__(
+        self, plan, drain_plan, sc, spark_options, settings: StreamingSettings
+    ):
         if settings.checkpoint_dir:
             path = settings.checkpoint_dir
         else:
@@ -79,34 +85,13 @@ class StreamingJob:
                 path,
             )
         self.checkpoint = CheckpointDir(path)
-        self._translator = MicroBatchTranslator(
-            pipeline,
-            sc,
-            spark_options,
-            str(self.checkpoint.root / "state"),
-            settings.key_groups,
-            settings.max_records,
-        )
+        self._sc, self._spark_options = sc, spark_options
         self._settings = settings
-        primitives = self._translator.primitives
-        self._watermarks = WatermarkManager(primitives)
-        components = self._translator.components_bytes
-        windowed = self._translator.windowed_coders
-        self._scripts = {
-            p.unique_name: ScriptedStream(p, components, windowed)
-            for p in primitives
-            if p.spec.urn == TEST_STREAM_URN
-        }
-        self._impulse_outputs = [
-            pc for p in primitives if p.spec.urn == IMPULSE for pc in p.outputs.values()
-        ]
-        self._outputs = {p.unique_name: list(p.outputs.values()) for p in primitives}
-        self.checkpoint.bind(
-            {
-                "keyed_stages": sorted(self._translator.keyed_stages()),
-                "key_groups": settings.key_groups,
-            }
-        )
+        # The optimised pipeline before and while draining (drain_plan.py).
+        self._plans = {False: plan, True: drain_plan}
+        # Side-input PCollections' elements from every committed batch.
+        self._side_contents: dict[str, list[bytes]] = {}
+        self._use_plan(draining=False)
         self.state = runner.PipelineState.STOPPED
         self.error: BaseException | None = None
         self.position = JobPosition(
@@ -114,9 +99,41 @@ class StreamingJob:
         )
         self._stop = threading.Event()
         self._drain = threading.Event()
-        self._unbounded = self._translator.unbounded_sources()
-        # Side-input PCollections' elements from every committed batch.
-        self._side_contents: dict[str, list[bytes]] = {}
+        if settings.start_drained:
+            self._drain.set()
+
+    def _use_plan(self, draining: bool) -> None:
+        """Translates the plan the job runs from now on. Both plans have the
+        same keyed stages (the checkpoint refuses otherwise): a drain
+        changes how splittable DoFns run, not where state lives."""
+        translator = MicroBatchTranslator(
+            self._plans[draining],
+            self._sc,
+            self._spark_options,
+            str(self.checkpoint.root / "state"),
+            self._settings.key_groups,
+            self._settings.max_records,
+        )
+        self.checkpoint.bind(
+            {
+                "keyed_stages": sorted(translator.keyed_stages()),
+                "key_groups": self._settings.key_groups,
+            }
+        )
+        translator.set_side_contents(self._side_contents)
+        self._translator = translator
+        primitives = translator.primitives
+        self._watermarks = WatermarkManager(primitives)
+        self._impulse_outputs = [
+            pc for p in primitives if p.spec.urn == IMPULSE for pc in p.outputs.values()
+        ]
+        components = translator.components_bytes
+        windowed = translator.windowed_coders
+        self._scripts = {
+            p.unique_name: ScriptedStream(p, components, windowed)
+            for p in primitives
+            if p.spec.urn == TEST_STREAM_URN
+        }
 
     # -- the loop ------------------------------------------------------------
 
@@ -153,27 +170,39 @@ class StreamingJob:
         self._drain.set()
 
     def _start_draining(self) -> None:
-        """Unbounded sources stop: their remainders are dropped (the default
-        truncation of an unbounded restriction) and TestStreams jump to
-        their end, so every watermark goes to +inf; bounded remainders are
-        still read to their end. The job then fires every event-time timer
-        and pane and ends. Only between batches, never in a replay: a
-        logged batch runs as it was logged."""
+        """From this batch on the job runs its drain plan: each splittable
+        DoFn's remainders go through the DoFn's ``truncate_restriction``
+        once (Beam's default drops an unbounded restriction and keeps a
+        bounded one whole), and TestStreams jump to their end, so every
+        watermark goes to +inf. The job then fires every event-time timer
+        and pane and ends. Only between batches: a batch logged before the
+        drain runs as it was logged."""
+        before = self._translator.primitives
+        self._use_plan(draining=True)
+        targets = truncation_targets(before, self._translator.primitives)
         position = self.position
         position.draining = True
-        kept = [r for r in position.remainders if r.stage not in self._unbounded]
-        dropped = len(position.remainders) - len(kept)
-        position.remainders = kept
+        position.remainders = [
+            dataclasses.replace(r, stage=targets.get(r.stage, r.stage))
+            for r in position.remainders
+        ]
+        position.pushed = [
+            dataclasses.replace(p, stage=targets.get(p.stage, p.stage))
+            for p in position.pushed
+        ]
+        position.source_progress = {
+            targets.get(stage, stage): progress
+            for stage, progress in position.source_progress.items()
+        }
         for name, script in self._scripts.items():
             position.test_streams[name] = max(
                 position.test_streams[name], script.end_position
             )
         _LOGGER.info(
-            "SparkRunner streaming: draining from batch %d: %d unbounded "
-            "remainder(s) dropped, %d bounded one(s) read to their end",
+            "SparkRunner streaming: draining from batch %d: %d splittable "
+            "DoFn remainder(s) go through truncate_restriction",
             position.next_batch,
-            dropped,
-            len(kept),
+            sum(r.stage in targets.values() for r in position.remainders),
         )
 
     def _restore(self) -> None:
@@ -182,7 +211,7 @@ class StreamingJob:
             batch, record = last
             self.position = JobPosition.from_record(record)
             self._side_contents = self.checkpoint.read_side_inputs(batch)
-            self._translator.set_side_contents(self._side_contents)
+            self._use_plan(draining=self.position.draining)
             _LOGGER.info(
                 "SparkRunner streaming: resuming after committed batch %d from %s",
                 batch,
@@ -256,6 +285,8 @@ class StreamingJob:
 
     def _replayed(self, batch: int, logged: dict) -> BatchSpec:
         _LOGGER.info("SparkRunner streaming: replaying uncommitted batch %d", batch)
+        if logged.get("draining") and not self.position.draining:
+            self._start_draining()
         ranges = {name: tuple(r) for name, r in logged["test_streams"].items()}
         spec = self._spec(batch, logged["processing_time"], self.position.test_streams)
         self._add_steps(spec, ranges)
@@ -291,6 +322,7 @@ class StreamingJob:
                 "test_streams": {k: list(v) for k, v in ranges.items()},
                 "resumed": {k: len(v) for k, v in spec.resumed.items()},
                 "watermarks": spec.watermarks.pcollections,
+                "draining": self.position.draining,
             },
         )
 

@@ -10,6 +10,7 @@ import time
 import apache_beam as beam
 import pytest
 from apache_beam.coders import VarIntCoder
+from apache_beam.io.fileio import MatchContinuously
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.metrics import Metrics
@@ -397,6 +398,91 @@ class SlowCounter(beam.DoFn):
             tracker.defer_remainder(Duration(seconds=0.3))
 
 
+class _UptoHalvedOnDrain(_Upto):
+    """Like ``_Upto``, but a drain keeps only the first half of what is left
+    (a truncation that is wrong if applied twice, as Beam's own test's)."""
+
+    def truncate(self, element, restriction):
+        return OffsetRange(restriction.start, restriction.stop // 2)
+
+
+class SlowHalvingCounter(beam.DoFn):
+    """``SlowCounter`` whose drain truncates to half the range."""
+
+    def process(
+        self, element, tracker=beam.DoFn.RestrictionParam(_UptoHalvedOnDrain())
+    ):
+        position = tracker.current_restriction().start
+        if tracker.try_claim(position):
+            yield position
+            tracker.defer_remainder(Duration(seconds=0.2))
+
+
+def test_a_drain_truncates_each_remainder_once_with_the_dofns_truncate(tmp_path):
+    counted = tmp_path / "counted.txt"
+
+    def append(n):
+        with open(counted, "a") as out:
+            out.write(f"{n}\n")
+
+    pipeline = _pipeline(tmp_path)
+    _ = (
+        pipeline
+        | beam.Create([40])
+        | beam.ParDo(SlowHalvingCounter())
+        | beam.Map(append)
+    )
+    result = pipeline.run()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        not counted.exists() or len(counted.read_text().split()) < 3
+    ):
+        time.sleep(0.1)
+    seen = len(counted.read_text().split())
+    assert 3 <= seen < 20
+    # The remainder [k, 40) left at the drain becomes [k, 20) once; the
+    # remainders deferred while draining are read as they are, so the count
+    # goes on to 19 (truncating them again would stop it near k).
+    assert result.drain() == PipelineState.DONE
+    assert sorted(int(n) for n in counted.read_text().split()) == list(range(20))
+
+
+def test_a_job_stopped_while_draining_goes_on_draining_when_restarted(tmp_path):
+    counted = tmp_path / "counted.txt"
+
+    def append(n):
+        with open(counted, "a") as out:
+            out.write(f"{n}\n")
+
+    def build(runner):
+        options = PipelineOptions(
+            ["--streaming", f"--checkpoint_dir={tmp_path / 'checkpoint'}"]
+        )
+        pipeline = beam.Pipeline(runner=runner, options=options)
+        _ = (
+            pipeline
+            | beam.Create([40])
+            | beam.ParDo(SlowHalvingCounter())
+            | beam.Map(append)
+        )
+        return pipeline
+
+    # Draining from the start: the range [0, 40) is truncated to [0, 20).
+    result = build(SparkRunner(is_drain=True)).run()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        not counted.exists() or len(counted.read_text().split()) < 3
+    ):
+        time.sleep(0.1)
+    assert result.cancel() == PipelineState.CANCELLED
+    assert len(counted.read_text().split()) < 20
+    # Restarted without asking for a drain: the commit log says it was
+    # draining, so its remainders still run in the drain plan, untruncated.
+    restarted = build(SparkRunner()).run()
+    assert restarted.wait_until_finish(duration=60_000) == PipelineState.DONE
+    assert sorted(int(n) for n in counted.read_text().split()) == list(range(20))
+
+
 def test_a_drained_job_finishes_bounded_sources_and_fires_every_window(tmp_path):
     ticks_seen, windows, counted = (
         tmp_path / "ticks.txt",
@@ -435,3 +521,40 @@ def test_a_drained_job_finishes_bounded_sources_and_fires_every_window(tmp_path)
     ticks = len(ticks_seen.read_text().split())
     assert ticks > 0
     assert sum(int(n) for n in windows.read_text().split()) == ticks
+
+
+def test_match_continuously_reports_each_file_once_as_files_arrive(tmp_path):
+    inbox, matched = tmp_path / "inbox", tmp_path / "matched.txt"
+    inbox.mkdir()
+    for name in ("a", "b"):
+        (inbox / f"{name}.txt").write_text(name)
+
+    def append(path):
+        with open(matched, "a") as out:
+            out.write(f"{path}\n")
+
+    start = time.time()
+    pipeline = _pipeline(tmp_path)
+    _ = (
+        pipeline
+        | MatchContinuously(
+            f"{inbox}/*.txt",
+            interval=0.3,
+            start_timestamp=start,
+            stop_timestamp=start + 8,
+        )
+        | beam.Map(lambda metadata: append(metadata.path))
+    )
+    result = pipeline.run()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        not matched.exists() or len(matched.read_text().split()) < 2
+    ):
+        time.sleep(0.1)
+    # Files that arrive while the job runs are matched by a later poll.
+    for name in ("c", "d"):
+        (inbox / f"{name}.txt").write_text(name)
+    # The polling ends at its stop timestamp, and the job with it.
+    assert result.wait_until_finish(duration=90_000) == PipelineState.DONE
+    paths = matched.read_text().split()
+    assert sorted(paths) == [str(inbox / f"{n}.txt") for n in "abcd"]

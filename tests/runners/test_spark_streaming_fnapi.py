@@ -26,18 +26,6 @@ SKIPS: dict[str, str] = {
         "asserts a warning raised in the worker; Spark's Python workers are "
         "separate processes (Beam's portable runners skip it too)"
     ),
-    "test_sdf_default_truncate_when_unbounded": (
-        "runs in drain mode from the start (Beam's FnApiRunner(is_drain=True)) "
-        "and asserts what the DoFn's own truncate_restriction keeps; this "
-        "runner drains a running job (result.drain()) and drops unbounded "
-        "remainders without calling truncate_restriction"
-    ),
-    "test_sdf_with_truncate": (
-        "runs in drain mode from the start (Beam's FnApiRunner(is_drain=True)) "
-        "and asserts what the DoFn's own truncate_restriction keeps; this "
-        "runner drains a running job (result.drain()) and drops unbounded "
-        "remainders without calling truncate_restriction"
-    ),
 }
 
 
@@ -46,7 +34,8 @@ class SparkRunnerStreamingConformanceTest(fn_runner_test.FnApiRunnerTest):
 
     def create_pipeline(self, is_drain: bool = False) -> beam.Pipeline:
         return beam.Pipeline(
-            runner=SparkRunner(), options=PipelineOptions(["--streaming"])
+            runner=SparkRunner(is_drain=is_drain),
+            options=PipelineOptions(["--streaming"]),
         )
 
     def setUp(self) -> None:

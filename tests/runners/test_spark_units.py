@@ -6,12 +6,14 @@ import zipfile
 
 import apache_beam as beam
 import pytest
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.transforms.userstate import Timer
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
+from runners.spark.drain_plan import RESHUFFLE, truncation_targets
 from runners.spark.driver_stages import driver_stages
 from runners.spark.errors import StageFailure, from_spark_exception, summarize
 from runners.spark.options import parse_spark_conf
@@ -241,3 +243,67 @@ def test_the_daemon_drops_only_jars_without_python(tmp_path):
     broken.write_bytes(b"not a zip")
     path = [str(tmp_path), str(classes), str(python), str(broken), "/no/such.jar"]
     assert java_archives_without_python(path) == [str(classes)]
+
+
+class _Halves(beam.DoFn):
+    """A splittable DoFn over [0, element) whose drain keeps the first half."""
+
+    class Provider(beam.transforms.core.RestrictionProvider):
+        def initial_restriction(self, element):
+            return OffsetRange(0, element)
+
+        def create_tracker(self, restriction):
+            return OffsetRestrictionTracker(restriction)
+
+        def restriction_size(self, element, restriction):
+            return restriction.size()
+
+        def truncate(self, element, restriction):
+            return OffsetRange(restriction.start, restriction.stop // 2)
+
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(Provider())):
+        position = tracker.current_restriction().start
+        while tracker.try_claim(position):
+            yield position
+            position += 1
+
+
+def _splittable_pipeline() -> beam_runner_api_pb2.Pipeline:
+    pipeline = beam.Pipeline()
+    _ = pipeline | beam.Create([8]) | beam.ParDo(_Halves()) | beam.Map(str)
+    return pipeline.to_runner_api()
+
+
+def _stage_names(pipeline: beam_runner_api_pb2.Pipeline) -> list[str]:
+    transforms = pipeline.components.transforms
+    return [transforms[t].unique_name for t in pipeline.root_transform_ids]
+
+
+def test_a_pipeline_optimised_again_in_the_same_process_keeps_its_stage_names():
+    # A streaming job finds its state and remainders by stage name, and a
+    # restart may come after other pipelines ran in the same process.
+    first = _stage_names(optimize(_splittable_pipeline(), streaming=True))
+    _ = optimize(_splittable_pipeline(), streaming=True, is_drain=True)
+    assert _stage_names(optimize(_splittable_pipeline(), streaming=True)) == first
+
+
+def test_the_drain_plan_truncates_in_a_stage_of_its_own_before_process():
+    plan = optimize(_splittable_pipeline(), streaming=True)
+    drain_plan = optimize(_splittable_pipeline(), streaming=True, is_drain=True)
+    primitives = [
+        drain_plan.components.transforms[t] for t in drain_plan.root_transform_ids
+    ]
+    targets = truncation_targets(
+        [plan.components.transforms[t] for t in plan.root_transform_ids], primitives
+    )
+    ((processing, truncating),) = targets.items()
+    assert "Process" in processing and "TruncateAndSizeRestriction" in truncating
+    # The truncation's output reaches Process only through a Reshuffle, so
+    # the Process stage resumes its own remainders without truncating them.
+    (truncation,) = (p for p in primitives if p.unique_name == truncating)
+    (truncated,) = truncation.outputs.values()
+    (reshuffle,) = (p for p in primitives if truncated in p.inputs.values())
+    assert reshuffle.spec.urn == RESHUFFLE
+    (reshuffled,) = reshuffle.outputs.values()
+    (process,) = (p for p in primitives if reshuffled in p.inputs.values())
+    assert "Process" in process.unique_name
