@@ -14,13 +14,21 @@ scripted ``WindowedValue`` in its own windows). A
 watermark event moves the named output's watermark once the batch holding
 it is done. After the last event comes one more step, at quiescence too,
 that moves every output's watermark to +inf.
+
+A TestStream that names a TestStreamService (``endpoint``) has its events
+read from the service once, when the job starts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apache_beam.portability.api import beam_runner_api_pb2
+import grpc
+from apache_beam.portability.api import (
+    beam_interactive_api_pb2,
+    beam_interactive_api_pb2_grpc,
+    beam_runner_api_pb2,
+)
 from apache_beam.testing.test_stream import WindowedValueHolder
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
@@ -30,14 +38,18 @@ from runners.spark.components import context_from_bytes, encode_chunks
 from runners.spark.watermark import MAX_MICROS, MIN_MICROS
 
 TEST_STREAM_URN = "beam:transform:teststream:v1"
-# Timestamps in the TestStream payload are milliseconds.
-_MAX_MILLIS = MAX_MICROS // 1000
+# Times in a TestStream payload are milliseconds; Beam's DirectRunner reads
+# the events a TestStreamService sends as microseconds, and so does this one.
+_PAYLOAD_UNIT_MICROS = 1000
+_SERVICE_UNIT_MICROS = 1
+# How long a TestStreamService may take to send its whole script.
+_SERVICE_TIMEOUT_SECONDS = 60
 
 
-def _millis_to_micros(millis: int) -> int:
-    if millis >= _MAX_MILLIS:
+def _to_micros(value: int, unit_micros: int) -> int:
+    if value >= MAX_MICROS // unit_micros:
         return MAX_MICROS
-    return max(millis * 1000, MIN_MICROS)
+    return max(value * unit_micros, MIN_MICROS)
 
 
 def _windowed(value, micros: int) -> WindowedValue:
@@ -46,6 +58,27 @@ def _windowed(value, micros: int) -> WindowedValue:
     if isinstance(value, WindowedValueHolder):
         return value.windowed_value
     return WindowedValue(value, Timestamp(micros=micros), (GlobalWindow(),))
+
+
+def _events_from_service(
+    url: str, output_tags: list[str]
+) -> list[beam_runner_api_pb2.TestStreamPayload.Event]:
+    """A TestStreamService's whole script, read once when the job starts:
+    the position in it is the source's offset, as for a script given in the
+    pipeline, so the service must end its stream."""
+    channel = grpc.insecure_channel(url)
+    stub = beam_interactive_api_pb2_grpc.TestStreamServiceStub(channel)
+    request = beam_interactive_api_pb2.EventsRequest(output_ids=output_tags)
+    try:
+        return list(stub.Events(request, timeout=_SERVICE_TIMEOUT_SECONDS))
+    except grpc.RpcError as error:
+        raise RuntimeError(
+            f"SparkRunner reads a TestStreamService's events once, at the "
+            f"start; the one at {url} did not end its stream within "
+            f"{_SERVICE_TIMEOUT_SECONDS} s: {error.details()}"
+        ) from None
+    finally:
+        channel.close()
 
 
 @dataclass(frozen=True)
@@ -71,13 +104,15 @@ class ScriptedStream:
         payload = beam_runner_api_pb2.TestStreamPayload.FromString(
             transform.spec.payload
         )
-        if payload.endpoint.url:
-            raise NotImplementedError(
-                "SparkRunner runs TestStream events given in the pipeline, "
-                f"not a TestStreamService ({payload.endpoint.url})"
-            )
         self.name = transform.unique_name
-        self.events = list(payload.events)
+        if payload.endpoint.url:
+            self.events = _events_from_service(
+                payload.endpoint.url, list(transform.outputs)
+            )
+            self._unit = _SERVICE_UNIT_MICROS
+        else:
+            self.events = list(payload.events)
+            self._unit = _PAYLOAD_UNIT_MICROS
         self.outputs = dict(transform.outputs)
         self._components = components
         self._element_coder_id = payload.coder_id
@@ -118,7 +153,7 @@ class ScriptedStream:
         for event in self.events[start:end]:
             kind = event.WhichOneof("event")
             if kind == "processing_time_event":
-                advance += event.processing_time_event.advance_duration * 1000
+                advance += event.processing_time_event.advance_duration * self._unit
             elif kind == "element_event":
                 count += len(event.element_event.elements)
                 pcoll = self.outputs[event.element_event.tag]
@@ -126,7 +161,7 @@ class ScriptedStream:
                 values = (
                     _windowed(
                         element_impl.decode(e.encoded_element),
-                        _millis_to_micros(e.timestamp),
+                        _to_micros(e.timestamp, self._unit),
                     )
                     for e in event.element_event.elements
                 )
@@ -142,13 +177,15 @@ class ScriptedStream:
         for event in self.events[:position]:
             if event.WhichOneof("event") == "watermark_event":
                 pcoll = self.outputs[event.watermark_event.tag]
-                marks[pcoll] = _millis_to_micros(event.watermark_event.new_watermark)
+                marks[pcoll] = _to_micros(
+                    event.watermark_event.new_watermark, self._unit
+                )
         return marks
 
     def processing_time(self, position: int) -> int:
         """The scripted processing time after the events before ``position``."""
         return sum(
-            e.processing_time_event.advance_duration * 1000
+            e.processing_time_event.advance_duration * self._unit
             for e in self.events[:position]
             if e.WhichOneof("event") == "processing_time_event"
         )

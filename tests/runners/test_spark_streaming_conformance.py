@@ -39,10 +39,6 @@ SKIPS: dict[str, str] = {
     "test_stateful_set_state_clean_portably": (
         "pins Beam's FnApiRunner (TestPipeline('FnApiRunner'))"
     ),
-    "test_basic_execution_with_service": (
-        "events from a TestStreamService over gRPC are not read; the runner "
-        "executes the events given in the pipeline"
-    ),
 }
 
 
