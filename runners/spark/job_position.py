@@ -45,6 +45,9 @@ class JobPosition:
     # Draining: unbounded sources have stopped; the job ends once every
     # watermark is +inf and every event-time timer has fired.
     draining: bool = False
+    # Triggered side-input PCollections the last batch added elements to:
+    # they may now have a pane for elements pushed back on them.
+    side_grown: list[str] = field(default_factory=list)
 
     def to_record(self) -> dict:
         return {
@@ -65,6 +68,7 @@ class JobPosition:
             "watermarks": self.watermarks,
             "metrics": base64.b64encode(pickle.dumps(self.metrics)).decode(),
             "draining": self.draining,
+            "side_grown": self.side_grown,
         }
 
     @classmethod
@@ -91,6 +95,7 @@ class JobPosition:
             watermarks=record["watermarks"],
             metrics=pickle.loads(base64.b64decode(record["metrics"])),
             draining=record.get("draining", False),
+            side_grown=record.get("side_grown", []),
         )
 
     def source_holds(

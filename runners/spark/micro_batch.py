@@ -124,6 +124,16 @@ class MicroBatchTranslator(RddTranslator):
         self._side_pcollections = {
             pc for pcs in self.side_inputs.values() for pc in pcs
         }
+        # Side inputs with a trigger of their own: ready for a window at
+        # their first pane (``FirstPanes``), not only at their watermark.
+        strategies = self._components.windowing_strategies
+        self.triggered_side_inputs = {
+            pc
+            for pc in self._side_pcollections
+            if not strategies[
+                self._components.pcollections[pc].windowing_strategy_id
+            ].trigger.HasField("default")
+        }
         self._side_contents: dict[str, list[bytes]] = {}
 
     def set_side_contents(self, contents: dict[str, list[bytes]]) -> None:

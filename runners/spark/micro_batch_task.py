@@ -22,6 +22,7 @@ from pyspark import TaskContext
 from runners.spark.components import context_from_bytes
 from runners.spark.keyed import decode_with_bytes
 from runners.spark.plan import StagePlan
+from runners.spark.side_inputs import FirstPanes
 from runners.spark.stage_executor import StageExecutor
 from runners.spark.streaming_state import DurableStageState, KeyGroups, key_group
 from runners.spark.watermark import (
@@ -174,17 +175,22 @@ def _ready_or_pushed(
     plan: StagePlan,
     components: bytes,
     task: TaskSpec,
+    entries: Iterable[tuple[bytes, bytes]],
     pushed: list[PushedBack],
 ) -> Iterator[bytes]:
     """Elements whose windows' side inputs are ready; the others go to
     ``pushed``. A side input is ready for a window once its watermark has
-    passed the window's end: every element of it has been produced in an
-    earlier batch."""
-    impl = context_from_bytes(components).coders[plan.input_coder_id].get_impl()
+    passed the window's end (every element of it has been produced in an
+    earlier batch) or, if it is triggered, once it has a pane for the
+    window (:class:`FirstPanes`)."""
+    context = context_from_bytes(components)
+    impl = context.coders[plan.input_coder_id].get_impl()
+    first_panes = FirstPanes(plan.side_inputs, context, entries)
     for chunk in chunks:
         for wv, raw in decode_with_bytes(chunk, impl):
             if task.side_watermark >= MAX_MICROS or all(
-                task.side_watermark > w.max_timestamp().micros for w in wv.windows
+                task.side_watermark > w.max_timestamp().micros or first_panes.ready(w)
+                for w in wv.windows
             ):
                 yield raw
             else:
@@ -218,7 +224,7 @@ def stage_partition(
     inputs = _elements(records, groups)
     pushed: list[PushedBack] = []
     if plan.side_inputs:
-        inputs = _ready_or_pushed(inputs, plan, components, task, pushed)
+        inputs = _ready_or_pushed(inputs, plan, components, task, entries, pushed)
     executor = StageExecutor(plan, entries, bundle_bytes, state=state, time=time)
     try:
         yield from executor.run(inputs)

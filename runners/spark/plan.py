@@ -42,6 +42,12 @@ class SideInput:
     tag: str
     pcollection: str
     access_pattern: str
+    # A side PCollection windowed with a trigger of its own is ready for a
+    # window as soon as it holds data for it (its first pane); it needs its
+    # window mapping (a serialised FunctionSpec) and window coder for that.
+    triggered: bool = False
+    window_mapping: bytes = b""
+    window_coder_id: str = ""
 
 
 @dataclass
@@ -128,12 +134,20 @@ def build_stage_plan(
         payload = proto_utils.parse_Bytes(
             consumer.spec.payload, beam_runner_api_pb2.ParDoPayload
         )
+        spec = payload.side_inputs[side.local_name]
+        pcoll = consumer.inputs[side.local_name]
+        strategy = components.windowing_strategies[
+            components.pcollections[pcoll].windowing_strategy_id
+        ]
         side_inputs.append(
             SideInput(
                 names[side.transform_id],
                 side.local_name,
-                consumer.inputs[side.local_name],
-                payload.side_inputs[side.local_name].access_pattern.urn,
+                pcoll,
+                spec.access_pattern.urn,
+                triggered=not strategy.trigger.HasField("default"),
+                window_mapping=spec.window_mapping_fn.SerializeToString(),
+                window_coder_id=strategy.window_coder_id,
             )
         )
 

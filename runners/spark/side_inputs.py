@@ -11,10 +11,12 @@ from __future__ import annotations
 import collections
 import struct
 from collections.abc import Iterable
+from typing import Any
 
 from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.internal import pickler
 from apache_beam.portability import common_urns
-from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 
 from runners.spark.components import decode_all
 from runners.spark.plan import SideInput
@@ -94,3 +96,48 @@ def _multimap_entries(
             key + struct.pack(">i", count) + data,
         ),
     ]
+
+
+class FirstPanes:
+    """Which main-input windows a stage's side inputs can serve before their
+    watermark has passed: Beam makes a side input whose windowing has a
+    trigger of its own ready for a window once it has produced a pane for
+    it (the slowly-changing side input over ``PeriodicImpulse`` in the
+    global window relies on it). Side inputs on the default trigger wait
+    for their watermark, as on Beam's DirectRunner.
+    """
+
+    def __init__(
+        self,
+        sides: list[SideInput],
+        context: Any,
+        entries: Iterable[tuple[bytes, bytes]],
+    ) -> None:
+        self._all_triggered = bool(sides) and all(s.triggered for s in sides)
+        self._sides = [
+            (
+                side,
+                pickler.loads(
+                    beam_runner_api_pb2.FunctionSpec.FromString(
+                        side.window_mapping
+                    ).payload
+                ),
+                context.coders[side.window_coder_id],
+            )
+            for side in sides
+            if side.triggered
+        ]
+        # (side transform, side input, encoded window) holding data.
+        self._present = set()
+        for key, _ in entries:
+            state_key = beam_fn_api_pb2.StateKey.FromString(key)
+            cell = getattr(state_key, state_key.WhichOneof("type"))
+            self._present.add((cell.transform_id, cell.side_input_id, cell.window))
+
+    def ready(self, window: Any) -> bool:
+        """Whether every side input has a pane for ``window``'s side window."""
+        return self._all_triggered and all(
+            (side.transform_id, side.tag, coder.encode(mapping(window)))
+            in self._present
+            for side, mapping, coder in self._sides
+        )

@@ -369,12 +369,15 @@ class StreamingJob:
         )
 
     def _refed(self, marks: Watermarks) -> list[PushedBack]:
-        """Pushed-back elements to try again: their stage's side inputs have
-        moved since they were pushed back."""
+        """Pushed-back elements to try again: their stage's side inputs'
+        watermark has moved since they were pushed back, or a triggered side
+        input has new elements (it may now have a pane for their window)."""
+        grown = set(self.position.side_grown)
         return [
             held
             for held in self.position.pushed
             if self._side_watermark(held.stage, marks) > held.side_watermark
+            or grown.intersection(self._translator.side_inputs.get(held.stage, ()))
         ]
 
     def _side_watermark(self, stage: str, marks: Watermarks) -> int:
@@ -474,6 +477,9 @@ class StreamingJob:
         if metrics:
             # A new snapshot: result.metrics() may be reading the old one.
             position.metrics = MetricsSnapshot().merge(position.metrics).merge(metrics)
+        position.side_grown = sorted(
+            pc for pc in produced if pc in self._translator.triggered_side_inputs
+        )
         position.track_sources(spec.processing_time)
         position.impulse_done = True
         position.processing_time = spec.processing_time

@@ -27,7 +27,7 @@ from apache_beam.transforms.userstate import (
     TimerSpec,
     on_timer,
 )
-from apache_beam.transforms.window import FixedWindows, TimestampedValue
+from apache_beam.transforms.window import FixedWindows, GlobalWindows, TimestampedValue
 from apache_beam.utils.timestamp import Duration
 
 from runners.spark import SparkRunner
@@ -558,3 +558,52 @@ def test_match_continuously_reports_each_file_once_as_files_arrive(tmp_path):
     assert result.wait_until_finish(duration=90_000) == PipelineState.DONE
     paths = matched.read_text().split()
     assert sorted(paths) == [str(inbox / f"{n}.txt") for n in "abcd"]
+
+
+def test_a_triggered_side_input_serves_a_window_from_its_first_pane(tmp_path):
+    # The slowly-changing side input: a PeriodicImpulse in the global window,
+    # fired by a processing-time trigger, read by a main input in windows
+    # far longer than the test. Its watermark passes no main window's end
+    # while the test runs; its first pane must be enough.
+    seen = tmp_path / "seen.txt"
+
+    def record(tick, configs):
+        with open(seen, "a") as out:
+            out.write(f"{len(list(configs))}\n")
+
+    start = time.time()
+    pipeline = _pipeline(tmp_path)
+    configs = (
+        pipeline
+        | "Configs"
+        >> PeriodicImpulse(
+            start_timestamp=start, stop_timestamp=start + 3600, fire_interval=0.5
+        )
+        | "Global"
+        >> beam.WindowInto(
+            GlobalWindows(),
+            trigger=trigger.Repeatedly(trigger.AfterProcessingTime(1)),
+            accumulation_mode=trigger.AccumulationMode.DISCARDING,
+        )
+        | "Config" >> beam.Map(lambda tick: "config")
+    )
+    _ = (
+        pipeline
+        | "Ticks"
+        >> PeriodicImpulse(
+            start_timestamp=start, stop_timestamp=start + 3600, fire_interval=0.5
+        )
+        | "Days" >> beam.WindowInto(FixedWindows(10**6))
+        | "Read" >> beam.Map(record, configs=beam.pvalue.AsIter(configs))
+    )
+    result = pipeline.run()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        not seen.exists() or len(seen.read_text().split()) < 3
+    ):
+        time.sleep(0.2)
+    result.cancel()
+    assert seen.exists(), "no main element read the side input within 60 s"
+    counts = [int(n) for n in seen.read_text().split()]
+    assert len(counts) >= 3
+    assert min(counts) >= 1
