@@ -141,6 +141,11 @@ class KeyGroupStore:
         self._db.execute("BEGIN IMMEDIATE")
         self._undo_uncommitted()
         (self._seq,) = self._db.execute("SELECT seq FROM meta").fetchone()
+        # The first due timer at given horizons, until a timer of this group
+        # changes: a task fires one timer at a time and asks every open
+        # group for its first each time, but only the group it fired from
+        # (or one a callback set a timer in) has a new answer.
+        self._first_due: tuple[tuple[int, int], StoredTimer | None] | None = None
 
     def _undo_uncommitted(self) -> None:
         (applied,) = self._db.execute("SELECT batch FROM meta").fetchone()
@@ -209,6 +214,7 @@ class KeyGroupStore:
     ) -> None:
         """Sets (or moves) a timer; ties in fire time keep setting order."""
         self.delete_timer(ident)
+        self._first_due = None
         self._seq += 1
         self._db.execute(
             "INSERT INTO timers VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -218,13 +224,17 @@ class KeyGroupStore:
     def delete_timer(self, ident: bytes) -> None:
         """Clears a timer, if it is set."""
         self._db.execute("DELETE FROM timers WHERE ident = ?", (ident,))
+        self._first_due = None
 
     def earliest_due(self, event_horizon: int, processing_horizon: int):
         """The first due timer: event time at or before ``event_horizon``
         first, then processing time at or before ``processing_horizon``."""
-        for domain, horizon in (
-            (EVENT_DOMAIN, event_horizon),
-            (PROCESSING_DOMAIN, processing_horizon),
+        horizons = (event_horizon, processing_horizon)
+        if self._first_due is not None and self._first_due[0] == horizons:
+            return self._first_due[1]
+        found = None
+        for domain, horizon in zip(
+            (EVENT_DOMAIN, PROCESSING_DOMAIN), horizons, strict=True
         ):
             row = self._db.execute(
                 "SELECT ident, owner, domain, fire, payload FROM timers "
@@ -232,8 +242,10 @@ class KeyGroupStore:
                 (domain, horizon),
             ).fetchone()
             if row is not None:
-                return StoredTimer(*row)
-        return None
+                found = StoredTimer(*row)
+                break
+        self._first_due = (horizons, found)
+        return found
 
     def due_event_timers(self, event_horizon: int) -> list[StoredTimer]:
         """Every event-time timer at or before ``event_horizon``, in fire
