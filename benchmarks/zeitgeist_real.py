@@ -148,7 +148,7 @@ def per_row(series: Series, bucket_s: int, out: pathlib.Path):
 
 def is_alert(anomaly: Anomaly) -> bool:
     """An anomaly record that raises an alert (not an episode's summary)."""
-    return anomaly.status != EpisodeStatus.CLOSED
+    return anomaly.status not in (EpisodeStatus.CLOSED, EpisodeStatus.OPEN_AT_END)
 
 
 def run_all(folder: pathlib.Path, workdir: pathlib.Path) -> dict:

@@ -97,15 +97,21 @@ def write_report(output: pathlib.Path, window_ms: int, top: int = 20) -> pathlib
     return path
 
 
+# Records that end an episode, and those of them that come after its alert.
+_SUMMARIES = (EpisodeStatus.CLOSED, EpisodeStatus.AMENDED, EpisodeStatus.OPEN_AT_END)
+_FINAL = (EpisodeStatus.CLOSED, EpisodeStatus.OPEN_AT_END)
+
+
 def episodes_of(records: Iterable[Anomaly]) -> list[Episode]:
     """The episodes that anomaly records describe, one per (query, kind, start).
 
-    A `CLOSED` record, when there is one, is the final word on its episode.
+    A `CLOSED` (or `OPEN_AT_END`) record, when there is one, is the final
+    word on its episode.
     """
     found: dict[tuple[str, int, int], Episode] = {}
-    for record in sorted(records, key=lambda r: r.status == EpisodeStatus.CLOSED):
+    for record in sorted(records, key=lambda r: r.status in _FINAL):
         start = record.episode_start if record.status else record.window_start
-        closes = record.status in (EpisodeStatus.CLOSED, EpisodeStatus.AMENDED)
+        closes = record.status in _SUMMARIES
         if record.status == EpisodeStatus.EPISODE_STATUS_UNSPECIFIED:
             end = record.window_end
         else:

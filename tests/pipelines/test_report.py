@@ -282,3 +282,21 @@ def test_cli_writes_a_report_on_the_anomalous_queries(tmp_path):
     # Fewer episodes than the default top 20: every one is shown.
     assert {row[0] for row in page.rows if row} == queries
     assert len(page.images) == len([r for r in page.rows if r])
+
+
+def test_an_episode_open_at_the_end_of_the_input_shows_its_end_so_far(tmp_path):
+    summary = closed(ALPHA, 4, peak_window=12, peak_actual=200, deviation=9.5)
+    summary.status = EpisodeStatus.OPEN_AT_END
+    write_job(tmp_path, [ALPHA, summary])
+    rows = [row for row in Page(report(tmp_path)).rows if row]
+    assert [row[:7] for row in rows] == [
+        [
+            "alpha",
+            "SPIKE",
+            "2026-01-05 00:50",
+            "2026-01-05 01:10",
+            "4",
+            "2026-01-05 01:00",
+            "200",
+        ]
+    ]

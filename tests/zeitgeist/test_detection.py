@@ -1,10 +1,20 @@
 """Model and detector semantics: dips on the watermark, no look-ahead."""
 
+import apache_beam as beam
 from apache_beam.testing.util import assert_that
+from apache_beam.transforms.window import TimestampedValue
 
 from testing.scenarios import ZeitgeistScenario
 from tests.zeitgeist.streaming import MINUTE, T0, streaming_pipeline, window_index
-from transforms.records.zeitgeist_pb2 import CLOSED, DIP, OPENED, SPIKE
+from transforms.millwheel.event_time import to_timestamp
+from transforms.records.zeitgeist_pb2 import (
+    CLOSED,
+    DIP,
+    OPEN_AT_END,
+    OPENED,
+    SPIKE,
+    SearchQuery,
+)
 from transforms.zeitgeist.composite import ANOMALIES, SCORES, Zeitgeist
 from transforms.zeitgeist.params import DetectorParams, WindowParams
 
@@ -136,3 +146,36 @@ def test_scores_rise_with_the_evidence_past_the_threshold():
         assert by_window[14].score < silent[0]
 
     check_scores({"q": counts}, graded)
+
+
+def test_an_episode_open_when_a_bounded_input_ends_gets_an_open_at_end_summary():
+    # A spike in the last three windows of a bounded input: no quiet windows
+    # follow to close it, so the end of the input summarises it.
+    spike = {27: 300, 28: 320, 29: 310}
+    records = [
+        SearchQuery(query="q", event_time=T0 + w * MINUTE + 10, count=spike.get(w, 100))
+        for w in range(30)
+    ]
+    pipeline = beam.Pipeline()
+    outputs = (
+        pipeline
+        | beam.Create(records)
+        | beam.Map(lambda s: TimestampedValue(s, to_timestamp(s.event_time)))
+        | Zeitgeist(PARAMS, detector=DETECTOR)
+    )
+
+    def alert_then_open_at_end_summary(anomalies):
+        spikes = sorted(
+            (a for a in anomalies if a.kind == SPIKE), key=lambda a: a.status
+        )
+        assert [a.status for a in spikes] == [OPENED, OPEN_AT_END]
+        alert, summary = spikes
+        assert summary.episode_start == alert.window_start
+        assert window_index(alert.window_start) in (27, 28)
+        # The last abnormal window is the input's last spike window.
+        assert window_index(summary.episode_end) == 30
+        assert summary.duration_windows == 30 - window_index(alert.window_start)
+        assert summary.peak_actual == 320
+
+    with pipeline:
+        assert_that(outputs[ANOMALIES], alert_then_open_at_end_summary)

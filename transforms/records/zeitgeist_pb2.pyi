@@ -19,6 +19,7 @@ class EpisodeStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OPENED: _ClassVar[EpisodeStatus]
     CLOSED: _ClassVar[EpisodeStatus]
     AMENDED: _ClassVar[EpisodeStatus]
+    OPEN_AT_END: _ClassVar[EpisodeStatus]
 ANOMALY_KIND_UNSPECIFIED: AnomalyKind
 SPIKE: AnomalyKind
 DIP: AnomalyKind
@@ -26,6 +27,7 @@ EPISODE_STATUS_UNSPECIFIED: EpisodeStatus
 OPENED: EpisodeStatus
 CLOSED: EpisodeStatus
 AMENDED: EpisodeStatus
+OPEN_AT_END: EpisodeStatus
 
 class SearchQuery(_message.Message):
     __slots__ = ("query", "event_time", "record_id", "count")

@@ -7,7 +7,8 @@ last abnormal window. It closes after `close_after_windows` windows in a row
 with the evidence below half the threshold, and the `CLOSED` record carries
 its start, end, peak, peak deviation and duration. Only then can the next
 episode of the query open: a flapping query raises one alert, not one per
-flap. The per-window detail stays in the score stream.
+flap. An episode still open when the input ends gets the same summary with
+the status `OPEN_AT_END`. The per-window detail stays in the score stream.
 """
 
 from transforms.records.zeitgeist_pb2 import (
@@ -43,10 +44,29 @@ def advance(
     episode.score = max(episode.score, verdict.score)
     if state.quiet_windows < params.close_after_windows:
         return None
-    closed = _closed(episode, state.episode_last_abnormal, update)
+    window_ms = update.window_end - update.window_start
+    closed = _summary(
+        episode, state.episode_last_abnormal, window_ms, EpisodeStatus.CLOSED
+    )
     state.ClearField("episode")
     state.ClearField("episode_last_abnormal")
     return closed
+
+
+def ended_open(state: DetectorState) -> Anomaly | None:
+    """The summary of the episode still open when the input has ended, if
+    any (and the state without it)."""
+    if not state.HasField("episode"):
+        return None
+    episode = state.episode
+    # The episode keeps its opening window's bounds until it is summarised.
+    window_ms = episode.window_end - episode.window_start
+    summary = _summary(
+        episode, state.episode_last_abnormal, window_ms, EpisodeStatus.OPEN_AT_END
+    )
+    state.ClearField("episode")
+    state.ClearField("episode_last_abnormal")
+    return summary
 
 
 def opened(update: ModelUpdate, verdict: Verdict) -> Anomaly:
@@ -83,10 +103,11 @@ def _set_peak(anomaly: Anomaly, update: ModelUpdate) -> None:
     anomaly.peak_expected = update.expected
 
 
-def _closed(episode: Anomaly, last_abnormal: int, update: ModelUpdate) -> Anomaly:
-    window_ms = update.window_end - update.window_start
+def _summary(
+    episode: Anomaly, last_abnormal: int, window_ms: int, status: int
+) -> Anomaly:
     closed = _copy(episode)
-    closed.status = EpisodeStatus.CLOSED
+    closed.status = status
     closed.episode_end = last_abnormal + window_ms
     closed.window_end = closed.episode_end
     closed.duration_windows = (closed.episode_end - closed.episode_start) // window_ms

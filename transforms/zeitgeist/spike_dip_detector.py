@@ -3,7 +3,13 @@
 import apache_beam as beam
 from apache_beam.coders import MapCoder, ProtoCoder, VarIntCoder
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (
+    BagStateSpec,
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
 
 from transforms.millwheel.sequencing import previous_window, release_in_sequence
 from transforms.records.zeitgeist_pb2 import (
@@ -15,7 +21,7 @@ from transforms.records.zeitgeist_pb2 import (
     WindowScore,
 )
 from transforms.zeitgeist.confidence import Verdict, update_confidence
-from transforms.zeitgeist.episodes import advance, amended
+from transforms.zeitgeist.episodes import advance, amended, ended_open
 from transforms.zeitgeist.params import DetectorParams
 
 SCORES = "scores"
@@ -31,9 +37,13 @@ class SpikeDipDetector(beam.DoFn):
     its predecessor waits in `pending`. Every window yields a `WindowScore`
     on the `scores` tag. The main output has one `OPENED` record per episode,
     emitted in the window where it opens (the alert), and one `CLOSED`
-    record when it ends (see `transforms.zeitgeist.episodes`). No timers: an
-    episode closes on the quiet windows that follow it, so one still open
-    when a bounded input ends has no `CLOSED` record.
+    record when it ends (see `transforms.zeitgeist.episodes`): an episode
+    closes on the quiet windows that follow it.
+
+    Timer: `end_of_input` (event time, the end of the key's window: the
+    global window's, so it fires only once the watermark reaches +inf, when
+    a bounded input or a drained stream has ended), set when an episode
+    opens; it summarises an episode still open then as `OPEN_AT_END`.
 
     State, per query, for the key's lifetime: `pending` updates waiting for
     their predecessor; `detector`, the `DetectorState` (evidence, its
@@ -49,6 +59,7 @@ class SpikeDipDetector(beam.DoFn):
     RECENT = ReadModifyWriteStateSpec(
         "recent", MapCoder(VarIntCoder(), ProtoCoder(DetectorState))
     )
+    END_OF_INPUT = TimerSpec("end_of_input", TimeDomain.WATERMARK)
 
     def __init__(self, params: DetectorParams, retain_ms: int = 0):
         self._params = params
@@ -58,6 +69,7 @@ class SpikeDipDetector(beam.DoFn):
             for kind in ("SPIKE", "DIP")
         }
         self._closed = Metrics.counter(METRICS_NAMESPACE, "episodes_closed")
+        self._open_at_end = Metrics.counter(METRICS_NAMESPACE, "episodes_open_at_end")
         self._gaps = Metrics.counter(METRICS_NAMESPACE, "detector_sequence_gaps")
         self._unmatched = Metrics.counter(
             METRICS_NAMESPACE, "corrections_without_confidence"
@@ -69,6 +81,8 @@ class SpikeDipDetector(beam.DoFn):
         pending=beam.DoFn.StateParam(PENDING),
         detector=beam.DoFn.StateParam(DETECTOR),
         recent=beam.DoFn.StateParam(RECENT),
+        end_of_input=beam.DoFn.TimerParam(END_OF_INPUT),
+        window=beam.DoFn.WindowParam,
     ):
         _, update = element
         if update.revision > 0:
@@ -95,11 +109,23 @@ class SpikeDipDetector(beam.DoFn):
             record = advance(state, ready, verdict, self._params)
             if record is not None:
                 yield self._count(record)
+                if record.status == EpisodeStatus.OPENED:
+                    end_of_input.set(window.max_timestamp())
         state.last_window_start = due[-1].window_start
         detector.write(state)
         if self._retain_ms:
             horizon = state.last_window_start - self._retain_ms
             recent.write({s: c for s, c in befores.items() if s > horizon})
+
+    @on_timer(END_OF_INPUT)
+    def summarise_open_episode(self, detector=beam.DoFn.StateParam(DETECTOR)):
+        state = detector.read()
+        summary = ended_open(state) if state is not None else None
+        if summary is None:
+            return
+        detector.write(state)
+        self._open_at_end.inc()
+        yield summary
 
     def _correct(self, update: ModelUpdate, recent):
         before = (recent.read() or {}).get(update.window_start)
