@@ -31,7 +31,7 @@ from runners.spark.progress import ProgressLog
 from runners.spark.session import ensure_python_env, get_or_create_session
 from runners.spark.streaming_job import StreamingJob, StreamingSettings
 from runners.spark.streaming_result import StreamingPipelineResult
-from runners.spark.test_stream_source import TEST_STREAM_URN
+from runners.spark.test_stream_source import TEST_STREAM_URN, carry_scripted_windows
 from runners.spark.translation import KNOWN_URNS, RddTranslator
 
 _LOGGER = logging.getLogger(__name__)
@@ -140,6 +140,7 @@ class SparkRunner(runner.PipelineRunner):
         if spark_options.streaming_max_records_per_batch < 0:
             raise ValueError("--streaming_max_records_per_batch must be 0 or more")
         _LOGGER.info("SparkRunner: streaming on %s", sc.master)
+        carry_scripted_windows(pipeline)
         # Optimising rewrites the proto it is given: each plan from a copy.
         plan, drain_plan = (
             optimize(_copied(pipeline), streaming=True, is_drain=draining)

@@ -22,13 +22,17 @@ read from the service once, when the job starts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
+from apache_beam.coders import PickleCoder
 from apache_beam.portability.api import (
     beam_interactive_api_pb2,
     beam_interactive_api_pb2_grpc,
     beam_runner_api_pb2,
 )
+from apache_beam.runners import pipeline_context
+from apache_beam.runners.portability.fn_api_runner import translations
 from apache_beam.testing.test_stream import WindowedValueHolder
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
@@ -79,6 +83,51 @@ def _events_from_service(
         ) from None
     finally:
         channel.close()
+
+
+def carry_scripted_windows(pipeline: beam_runner_api_pb2.Pipeline) -> None:
+    """A TestStream may script an element into windows of its own (a
+    ``WindowedValueHolder``) that its PCollection's window coder cannot
+    encode: an ``IntervalWindow`` in the global window's PCollection. Beam's
+    DirectRunner passes such an element as an object; here elements move as
+    bytes, so that TestStream's outputs take a window coder that carries any
+    window (pickled). Only such a TestStream's outputs are changed."""
+    components = pipeline.components
+    context = pipeline_context.PipelineContext(components)
+    for transform in components.transforms.values():
+        if transform.spec.urn != TEST_STREAM_URN:
+            continue
+        payload = beam_runner_api_pb2.TestStreamPayload.FromString(
+            transform.spec.payload
+        )
+        if not _scripts_windows(payload, context):
+            continue
+        any_window = translations.unique_name(components.coders, "any_window")
+        components.coders[any_window].CopyFrom(PickleCoder().to_runner_api(context))
+        for pcoll_id in transform.outputs.values():
+            pcoll = components.pcollections[pcoll_id]
+            carried = translations.unique_name(
+                components.windowing_strategies, pcoll.windowing_strategy_id
+            )
+            strategy = components.windowing_strategies[carried]
+            strategy.CopyFrom(
+                components.windowing_strategies[pcoll.windowing_strategy_id]
+            )
+            strategy.window_coder_id = any_window
+            pcoll.windowing_strategy_id = carried
+
+
+def _scripts_windows(
+    payload: beam_runner_api_pb2.TestStreamPayload, context: Any
+) -> bool:
+    """Whether the script puts an element into windows of its own."""
+    coder = context.coders.get_by_id(payload.coder_id)
+    return any(
+        isinstance(coder.decode(e.encoded_element), WindowedValueHolder)
+        for event in payload.events
+        if event.WhichOneof("event") == "element_event"
+        for e in event.element_event.elements
+    )
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.beam_suite_on_spark]
 
 # test name -> why it does not run on this runner.
 SKIPS: dict[str, str] = {
-    "test_windowed_values_interpreted_correctly": (
-        "scripts an element in an IntervalWindow into a PCollection whose "
-        "window coder is the global window's: a runner that moves elements "
-        "as bytes cannot encode it (Beam's DirectRunner passes objects)"
-    ),
     "test_generate_sequence_with_realtime_timer": (
         "pins --runner=DirectRunner in its own argv"
     ),
