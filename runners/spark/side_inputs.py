@@ -104,7 +104,9 @@ class FirstPanes:
     trigger of its own ready for a window once it has produced a pane for
     it (the slowly-changing side input over ``PeriodicImpulse`` in the
     global window relies on it). Side inputs on the default trigger wait
-    for their watermark, as on Beam's DirectRunner.
+    for their watermark, as on Beam's DirectRunner; so does a stage that
+    reads one of those beside triggered ones (a task knows only the
+    smallest of its side inputs' watermarks).
     """
 
     def __init__(
@@ -114,6 +116,12 @@ class FirstPanes:
         entries: Iterable[tuple[bytes, bytes]],
     ) -> None:
         self._all_triggered = bool(sides) and all(s.triggered for s in sides)
+        self._sides: list[tuple[SideInput, Any, Any]] = []
+        # (side transform, side input, encoded window) holding data.
+        self._present: set[tuple[str, str, bytes]] = set()
+        if not self._all_triggered:
+            # Only the watermark can make these side inputs ready.
+            return
         self._sides = [
             (
                 side,
@@ -125,10 +133,7 @@ class FirstPanes:
                 context.coders[side.window_coder_id],
             )
             for side in sides
-            if side.triggered
         ]
-        # (side transform, side input, encoded window) holding data.
-        self._present = set()
         for key, _ in entries:
             state_key = beam_fn_api_pb2.StateKey.FromString(key)
             cell = getattr(state_key, state_key.WhichOneof("type"))
