@@ -28,10 +28,9 @@ from apache_beam.runners.portability.fn_api_runner import translations
 
 from runners.spark.driver_stages import EXECUTABLE_STAGE
 from runners.spark.plan import SDF_PROCESS_URN as PROCESS_URN
+from runners.spark.translation import RESHUFFLE
 
 TRUNCATE_URN = common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn
-
-RESHUFFLE = common_urns.composites.RESHUFFLE.urn
 
 
 def separate_truncation(

@@ -13,13 +13,14 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
-from runners.spark.drain_plan import RESHUFFLE, truncation_targets
+from runners.spark.drain_plan import truncation_targets
 from runners.spark.driver_stages import driver_stages
 from runners.spark.errors import StageFailure, from_spark_exception, summarize
 from runners.spark.options import parse_spark_conf
 from runners.spark.plan import TimerFamily
 from runners.spark.runner import optimize
 from runners.spark.state_store import TimerQueue
+from runners.spark.translation import RESHUFFLE
 from runners.spark.watermark import MAX_MICROS, BatchTime, MicroBatchTime
 from runners.spark.worker_daemon import java_archives_without_python
 
