@@ -43,6 +43,22 @@ def _pipeline(tmp_path, *extra: str) -> beam.Pipeline:
     return beam.Pipeline(runner=SparkRunner(), options=options)
 
 
+def _append_line(path, line) -> None:
+    """A sink the test reads back: one line per element, from any worker."""
+    with open(path, "a") as out:
+        out.write(f"{line}\n")
+
+
+def _wait_for_lines(path, lines: int, timeout_s: float = 60) -> None:
+    """Waits until a running job has written ``lines`` lines to ``path``
+    (or the timeout passes: the test's assertions then say what is missing)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and (
+        not path.exists() or len(path.read_text().split()) < lines
+    ):
+        time.sleep(0.1)
+
+
 class RemindLater(beam.DoFn):
     """Sets a processing-time timer 5 s after the element; says so when due."""
 
@@ -421,23 +437,15 @@ class SlowHalvingCounter(beam.DoFn):
 def test_a_drain_truncates_each_remainder_once_with_the_dofns_truncate(tmp_path):
     counted = tmp_path / "counted.txt"
 
-    def append(n):
-        with open(counted, "a") as out:
-            out.write(f"{n}\n")
-
     pipeline = _pipeline(tmp_path)
     _ = (
         pipeline
         | beam.Create([40])
         | beam.ParDo(SlowHalvingCounter())
-        | beam.Map(append)
+        | beam.Map(lambda n: _append_line(counted, n))
     )
     result = pipeline.run()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (
-        not counted.exists() or len(counted.read_text().split()) < 3
-    ):
-        time.sleep(0.1)
+    _wait_for_lines(counted, 3)
     seen = len(counted.read_text().split())
     assert 3 <= seen < 20
     # The remainder [k, 40) left at the drain becomes [k, 20) once; the
@@ -450,10 +458,6 @@ def test_a_drain_truncates_each_remainder_once_with_the_dofns_truncate(tmp_path)
 def test_a_job_stopped_while_draining_goes_on_draining_when_restarted(tmp_path):
     counted = tmp_path / "counted.txt"
 
-    def append(n):
-        with open(counted, "a") as out:
-            out.write(f"{n}\n")
-
     def build(runner):
         options = PipelineOptions(
             ["--streaming", f"--checkpoint_dir={tmp_path / 'checkpoint'}"]
@@ -463,17 +467,13 @@ def test_a_job_stopped_while_draining_goes_on_draining_when_restarted(tmp_path):
             pipeline
             | beam.Create([40])
             | beam.ParDo(SlowHalvingCounter())
-            | beam.Map(append)
+            | beam.Map(lambda n: _append_line(counted, n))
         )
         return pipeline
 
     # Draining from the start: the range [0, 40) is truncated to [0, 20).
     result = build(SparkRunner(is_drain=True)).run()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (
-        not counted.exists() or len(counted.read_text().split()) < 3
-    ):
-        time.sleep(0.1)
+    _wait_for_lines(counted, 3)
     assert result.cancel() == PipelineState.CANCELLED
     assert len(counted.read_text().split()) < 20
     # Restarted without asking for a drain: the commit log says it was
@@ -529,10 +529,6 @@ def test_match_continuously_reports_each_file_once_as_files_arrive(tmp_path):
     for name in ("a", "b"):
         (inbox / f"{name}.txt").write_text(name)
 
-    def append(path):
-        with open(matched, "a") as out:
-            out.write(f"{path}\n")
-
     start = time.time()
     pipeline = _pipeline(tmp_path)
     _ = (
@@ -543,14 +539,10 @@ def test_match_continuously_reports_each_file_once_as_files_arrive(tmp_path):
             start_timestamp=start,
             stop_timestamp=start + 8,
         )
-        | beam.Map(lambda metadata: append(metadata.path))
+        | beam.Map(lambda metadata: _append_line(matched, metadata.path))
     )
     result = pipeline.run()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (
-        not matched.exists() or len(matched.read_text().split()) < 2
-    ):
-        time.sleep(0.1)
+    _wait_for_lines(matched, 2)
     # Files that arrive while the job runs are matched by a later poll.
     for name in ("c", "d"):
         (inbox / f"{name}.txt").write_text(name)
@@ -568,8 +560,7 @@ def test_a_triggered_side_input_serves_a_window_from_its_first_pane(tmp_path):
     seen = tmp_path / "seen.txt"
 
     def record(tick, configs):
-        with open(seen, "a") as out:
-            out.write(f"{len(list(configs))}\n")
+        _append_line(seen, len(list(configs)))
 
     start = time.time()
     pipeline = _pipeline(tmp_path)
@@ -597,11 +588,7 @@ def test_a_triggered_side_input_serves_a_window_from_its_first_pane(tmp_path):
         | "Read" >> beam.Map(record, configs=beam.pvalue.AsIter(configs))
     )
     result = pipeline.run()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (
-        not seen.exists() or len(seen.read_text().split()) < 3
-    ):
-        time.sleep(0.2)
+    _wait_for_lines(seen, 3)
     result.cancel()
     assert seen.exists(), "no main element read the side input within 60 s"
     counts = [int(n) for n in seen.read_text().split()]

@@ -44,13 +44,7 @@ def advance(
     episode.score = max(episode.score, verdict.score)
     if state.quiet_windows < params.close_after_windows:
         return None
-    window_ms = update.window_end - update.window_start
-    closed = _summary(
-        episode, state.episode_last_abnormal, window_ms, EpisodeStatus.CLOSED
-    )
-    state.ClearField("episode")
-    state.ClearField("episode_last_abnormal")
-    return closed
+    return _end_episode(state, EpisodeStatus.CLOSED)
 
 
 def ended_open(state: DetectorState) -> Anomaly | None:
@@ -58,12 +52,23 @@ def ended_open(state: DetectorState) -> Anomaly | None:
     any (and the state without it)."""
     if not state.HasField("episode"):
         return None
+    return _end_episode(state, EpisodeStatus.OPEN_AT_END)
+
+
+def _end_episode(state: DetectorState, status: int) -> Anomaly:
+    """The open episode's summary; the query has no open episode after it."""
     episode = state.episode
     # The episode keeps its opening window's bounds until it is summarised.
     window_ms = episode.window_end - episode.window_start
-    summary = _summary(
-        episode, state.episode_last_abnormal, window_ms, EpisodeStatus.OPEN_AT_END
-    )
+    summary = _copy(episode)
+    summary.status = status
+    summary.episode_end = state.episode_last_abnormal + window_ms
+    summary.window_end = summary.episode_end
+    summary.duration_windows = (
+        summary.episode_end - summary.episode_start
+    ) // window_ms
+    summary.actual = episode.peak_actual
+    summary.expected = episode.peak_expected
     state.ClearField("episode")
     state.ClearField("episode_last_abnormal")
     return summary
@@ -101,19 +106,6 @@ def _set_peak(anomaly: Anomaly, update: ModelUpdate) -> None:
     anomaly.peak_deviation = abs(update.deviation)
     anomaly.peak_actual = update.actual
     anomaly.peak_expected = update.expected
-
-
-def _summary(
-    episode: Anomaly, last_abnormal: int, window_ms: int, status: int
-) -> Anomaly:
-    closed = _copy(episode)
-    closed.status = status
-    closed.episode_end = last_abnormal + window_ms
-    closed.window_end = closed.episode_end
-    closed.duration_windows = (closed.episode_end - closed.episode_start) // window_ms
-    closed.actual = episode.peak_actual
-    closed.expected = episode.peak_expected
-    return closed
 
 
 def _copy(anomaly: Anomaly) -> Anomaly:
