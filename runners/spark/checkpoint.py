@@ -54,6 +54,13 @@ def _write_atomically(path: Path, record: dict) -> None:
         os.close(dir_fd)
 
 
+# The layout of what a checkpoint names. 2: fused stages are named by their
+# transform id (1 named them with Beam's process-wide counter). A directory
+# of another layout is refused: its remainders and state would be looked up
+# under names this version does not give.
+LAYOUT = 2
+
+
 class CheckpointDir:
     """Offset log, commit log and state files of one streaming job."""
 
@@ -65,6 +72,7 @@ class CheckpointDir:
         """Records ``job`` (stateful stages, key groups) on first use; refuses a
         directory written by a different pipeline, whose state would be read
         under the wrong stages or key groups."""
+        job = {**job, "layout": LAYOUT}
         path = self.root / "job.json"
         if not path.exists():
             _write_atomically(path, job)

@@ -119,6 +119,13 @@ def test_checkpoint_refuses_another_pipeline_and_keeps_the_last_commit(tmp_path)
         CheckpointDir(tmp_path).bind({"keyed_stages": ["a"], "key_groups": 8})
 
 
+def test_checkpoint_of_an_earlier_layout_is_refused(tmp_path):
+    # Written before stages were named by transform id: no layout recorded.
+    (tmp_path / "job.json").write_text('{"keyed_stages": [], "key_groups": 16}')
+    with pytest.raises(CheckpointMismatch, match="'layout': 2"):
+        CheckpointDir(tmp_path).bind({"keyed_stages": [], "key_groups": 16})
+
+
 def test_test_stream_steps_take_one_element_event_and_the_watermark_after_it():
     pipeline = beam.Pipeline()
     _ = pipeline | beam.testing.test_stream.TestStream().add_elements(
