@@ -139,7 +139,9 @@ class SparkStandaloneCluster:
                     status = json.load(response)
                 if status.get("aliveworkers", 0) >= 1:
                     return
-            except OSError:
+            except (OSError, ValueError):
+                # Not up yet: no answer, or (while its web UI starts) an
+                # empty or partial page that is not JSON yet.
                 pass
             time.sleep(0.5)
         raise ClusterFailed(f"no worker registered in {timeout:.0f}s:\n{self.logs()}")
