@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -98,6 +99,18 @@ def require_matches(flag: str, patterns: Sequence[str]) -> None:
             raise UsageError(f"{flag} {pattern!r}: {error}") from None
         if not found:
             raise UsageError(f"{flag} {pattern!r} matches no file")
+
+
+def require_directories(flag: str, patterns: Sequence[str]) -> None:
+    """Raises `UsageError` if a file pattern given as `flag` is in a local
+    directory that does not exist (a followed pattern may match nothing yet,
+    but a mistyped directory would be followed forever)."""
+    for pattern in patterns:
+        if "://" in pattern:
+            continue  # object stores have no directories to check
+        directory = os.path.dirname(pattern) or "."
+        if not any(c in directory for c in "*?[") and not os.path.isdir(directory):
+            raise UsageError(f"{flag} {pattern!r}: no directory {directory!r}")
 
 
 @contextlib.contextmanager

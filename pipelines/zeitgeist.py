@@ -3,6 +3,8 @@
     python -m pipelines.zeitgeist --output /tmp/z                 # generated
     python -m pipelines.zeitgeist --input 'logs/*.jsonl' --output /tmp/z
     python -m pipelines.zeitgeist --output /tmp/z --runner=SparkRunner
+    python -m pipelines.zeitgeist --input 'inbox/*.jsonl' --follow \
+        --output /tmp/z --runner=SparkRunner --checkpoint_dir /tmp/z-ck
     python -m pipelines.zeitgeist --input 'logs/*.jsonl' --output /tmp/z \
         --model_store=bigtable --bigtable_project P --bigtable_instance I
 
@@ -17,6 +19,13 @@ request window_counts*.jsonl, scores*.jsonl and report.html. Beam's flags
 a flag neither knows, or an `--input` matching no file, is an error (one
 line on stderr, exit status 2, see `pipelines.cli`).
 
+With `--follow` the job runs live (in streaming) on the files that keep
+arriving in `--input`'s directory, each read once, with a watermark from the
+records' event times (`transforms.records.follow`); outputs are written as
+numbered parts while it runs (`transforms.records.json_parts`). Ctrl-C or
+SIGTERM stops it after the running batch commits and prints the summary;
+the same command with the same `--checkpoint_dir` resumes where it stopped.
+
 With `--model_store=bigtable` each query's model is seeded from, and
 persisted to, the Bigtable `models` table, so a later run continues from
 where this one stopped. It needs a real Bigtable instance (or an emulator
@@ -29,18 +38,20 @@ import logging
 import pathlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import cli
+from pipelines import cli, live
 from pipelines import config as config_loader
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import counter_totals, format_table
 from transforms.millwheel.event_time import WithEventTimestamps
 from transforms.millwheel.lateness import LateDataPolicy
+from transforms.records.follow import FollowSearchQueries, FollowSettings
+from transforms.records.json_parts import WriteJsonLineParts
 from transforms.records.readers import (
     DEAD_LETTERS,
     RECORDS,
@@ -85,6 +96,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         choices=("jsonl", "csv", "parquet"),
         help="format of --input when the extension does not tell",
     )
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="run live on files that keep arriving in --input's directory, "
+        "until stopped (implies --streaming)",
+    )
     parser.add_argument("--output", required=True, help="output directory")
     config_loader.add_config_arguments(parser, DEFAULT_CONFIG)
     parser.add_argument("--window_seconds", type=int, help="window.size_seconds")
@@ -102,6 +119,16 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument("--bigtable_project", help="model_store.project")
     parser.add_argument("--bigtable_instance", help="model_store.instance")
+    parser.add_argument("--poll_seconds", type=float, help="live.poll_seconds")
+    parser.add_argument(
+        "--max_disorder_seconds", type=float, help="live.max_disorder_seconds"
+    )
+    parser.add_argument(
+        "--idle_timeout_seconds", type=float, help="live.idle_timeout_seconds"
+    )
+    parser.add_argument(
+        "--status_seconds", type=float, help="live.status_seconds (0: no status)"
+    )
     parser.add_argument("--write_window_counts", action="store_true")
     parser.add_argument("--write_scores", action="store_true")
     parser.add_argument(
@@ -124,13 +151,25 @@ _FLAG_KEYS = {
     "model_store": "model_store.kind",
     "bigtable_project": "model_store.project",
     "bigtable_instance": "model_store.instance",
+    "poll_seconds": "live.poll_seconds",
+    "max_disorder_seconds": "live.max_disorder_seconds",
+    "idle_timeout_seconds": "live.idle_timeout_seconds",
+    "status_seconds": "live.status_seconds",
 }
+_FLOAT_KEYS = (
+    "generator.days",
+    "live.poll_seconds",
+    "live.max_disorder_seconds",
+    "live.idle_timeout_seconds",
+    "live.status_seconds",
+    "live.flush_seconds",
+)
 
 
 def load_config(args: argparse.Namespace) -> config_loader.Config:
     """configs/zeitgeist.yaml, then --config, then --set, then named flags."""
     return config_loader.from_command_line(
-        DEFAULT_CONFIG, args, _FLAG_KEYS, {"generator.days": float}
+        DEFAULT_CONFIG, args, _FLAG_KEYS, dict.fromkeys(_FLOAT_KEYS, float)
     )
 
 
@@ -200,6 +239,10 @@ def generate_input(config: config_loader.Config, output: pathlib.Path) -> pathli
     return folder / "searches.parquet"
 
 
+ReadInput = Callable[[str, str | None], beam.PTransform]
+WriteOutput = Callable[[str], beam.PTransform]
+
+
 def build(
     pipeline: beam.Pipeline,
     inputs: Sequence[str],
@@ -207,13 +250,20 @@ def build(
     transform: Zeitgeist,
     output: pathlib.Path,
     extra_outputs: Sequence[str],
+    read: ReadInput = ReadSearchQueries,
+    write: WriteOutput = WriteJsonLines,
 ) -> None:
-    """Wire sources, the Zeitgeist transform and the sinks into `pipeline`."""
+    """Wire sources, the Zeitgeist transform and the sinks into `pipeline`.
+
+    `read(pattern, format)` reads one `--input` into `RECORDS` and
+    `DEAD_LETTERS` (files as they are, or followed); `write(prefix)` writes
+    one output (at the end, or in parts while the job runs).
+    """
     records, dead = [], []
     for i, pattern in enumerate(inputs):
-        read = pipeline | f"Read{i}" >> ReadSearchQueries(pattern, input_format)
-        records.append(read[RECORDS])
-        dead.append(read[DEAD_LETTERS])
+        read_input = pipeline | f"Read{i}" >> read(pattern, input_format)
+        records.append(read_input[RECORDS])
+        dead.append(read_input[DEAD_LETTERS])
     searches = (
         records | "MergeInputs" >> beam.Flatten() | "EventTime" >> WithEventTimestamps()
     )
@@ -227,7 +277,17 @@ def build(
     for name in extra_outputs:
         sinks[name] = outputs[name]
     for name, pcoll in sinks.items():
-        pcoll | f"Write_{name}" >> WriteJsonLines(str(output / name))
+        pcoll | f"Write_{name}" >> write(str(output / name))
+
+
+def follow_settings(config: config_loader.Config) -> FollowSettings:
+    """How `--follow` polls its input and estimates its watermark."""
+    follow = config["live"]
+    return FollowSettings(
+        poll_seconds=follow["poll_seconds"],
+        max_disorder_seconds=follow["max_disorder_seconds"],
+        idle_timeout_seconds=follow["idle_timeout_seconds"],
+    )
 
 
 def summary(result, elapsed_s: float, output: pathlib.Path) -> str:
@@ -284,10 +344,17 @@ def evaluation(output: pathlib.Path, config: config_loader.Config) -> str:
 
 def run(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
-    cli.require_matches("--input", args.input)
     config = load_config(args)
+    if args.follow:
+        if not args.input:
+            raise cli.UsageError("--follow needs --input: the files to follow")
+        cli.require_directories("--input", args.input)
+        beam_args = [*beam_args, "--streaming"]
+    else:
+        cli.require_matches("--input", args.input)
     with cli.usage_errors():
         transform = zeitgeist_transform(config)
+        follow = follow_settings(config)
     output = pathlib.Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     generated = not args.input
@@ -302,13 +369,41 @@ def run(argv: Sequence[str] | None = None) -> int:
         if wanted
     ]
     runner, beam_args = choose_runner(beam_args)
-    pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
+    options = PipelineOptions(beam_args)
+    streaming = options.view_as(StandardOptions).streaming
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    read: ReadInput = ReadSearchQueries
+    if args.follow:
+
+        def read(pattern: str, fmt: str | None) -> beam.PTransform:
+            return FollowSearchQueries(pattern, fmt, follow)
+
+    write: WriteOutput = WriteJsonLines
+    if streaming:
+        flush_seconds = config["live"]["flush_seconds"]
+
+        def write(prefix: str) -> beam.PTransform:
+            return WriteJsonLineParts(prefix, flush_seconds=flush_seconds)
+
     with cli.usage_errors():  # e.g. an --input whose format has no name
-        build(pipeline, inputs, args.input_format, transform, output, extra)
-    _log.info("running on %s", type(pipeline.runner).__name__)
+        build(
+            pipeline, inputs, args.input_format, transform, output, extra, read, write
+        )
+    _log.info(
+        "running on %s%s",
+        type(pipeline.runner).__name__,
+        ", live until stopped (Ctrl-C)" if args.follow else "",
+    )
     started = time.monotonic()
     result = pipeline.run()
-    result.wait_until_finish()
+    if streaming:
+        live.run_until_stopped(
+            result,
+            lambda: status_line(result, time.monotonic() - started),
+            config["live"]["status_seconds"],
+        )
+    else:
+        result.wait_until_finish()
     print(summary(result, time.monotonic() - started, output))
     if generated:
         print()
@@ -319,6 +414,23 @@ def run(argv: Sequence[str] | None = None) -> int:
         path = write_report(output, int(config["window"]["size_seconds"] * 1000))
         print(f"\nreport: {path}")
     return 0
+
+
+def status_line(result, elapsed_s: float) -> str:
+    """One line on a running job, from its committed batches' metrics."""
+    totals = counter_totals(result, METRIC_NAMESPACES)
+    records = totals.get("millwheel.records/records_read", 0)
+    opened = totals.get("millwheel.zeitgeist/spikes_detected", 0) + totals.get(
+        "millwheel.zeitgeist/dips_detected", 0
+    )
+    closed = totals.get("millwheel.zeitgeist/episodes_closed", 0)
+    return (
+        f"{records} records read ({records / max(elapsed_s, 1e-9):.0f}/s), "
+        f"{totals.get('millwheel.zeitgeist/windows_emitted', 0)} windows, "
+        f"{opened - closed} open episodes, "
+        f"{totals.get('millwheel.zeitgeist/late_records', 0)} late records"
+        f"{live.watermark_lag(result)}"
+    )
 
 
 if __name__ == "__main__":

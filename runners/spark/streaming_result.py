@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 from apache_beam.runners import runner
+from apache_beam.utils.timestamp import Timestamp
 
 from runners.spark.metrics import SparkMetrics
 from runners.spark.streaming_job import StreamingJob
@@ -48,6 +49,15 @@ class StreamingPipelineResult(runner.PipelineResult):
     def metrics(self) -> SparkMetrics:
         """User metrics of the committed batches (a replay counts once)."""
         return SparkMetrics(self._job.position.metrics)
+
+    def watermark(self) -> Timestamp | None:
+        """The lowest watermark of the job's PCollections in its last
+        committed batch: how far in event time everything has got. None
+        before the first commit."""
+        watermarks = self._job.position.watermarks.values()
+        if not watermarks:
+            return None
+        return Timestamp(micros=min(watermarks))
 
     @property
     def checkpoint_dir(self) -> str:

@@ -81,6 +81,8 @@ __all__ = [
     "ReadSearchQueries",
     "WriteJsonLines",
     "infer_format",
+    "json_line",
+    "read_file",
     "to_json_dict",
 ]
 
@@ -113,6 +115,30 @@ def infer_format(file_pattern: str) -> str:
     return fmt
 
 
+def read_file(
+    path: str, parser: Parser, record_type: str, fmt: str, max_line_bytes: int
+) -> Iterator[Any]:
+    """The messages and tagged dead letters of the whole file at `path`.
+
+    A file that breaks off (e.g. a corrupt `.gz`) ends with one
+    `unreadable_file` dead letter where reading stopped. Counts the file's
+    records and blank lines in the `METRICS_NAMESPACE` counters.
+    """
+    reader = FileReader(parser, record_type, max_line_bytes, path)
+    try:
+        with open_checked(path) as fh:
+            yield from reader.read(fmt, fh)
+    except _READ_ERRORS as e:
+        # The rest of the file is lost; say where reading stopped.
+        rejected = Rejected(
+            UNREADABLE_FILE,
+            f"unreadable file after line {reader.done}: {e}",
+        )
+        yield reader.dead(rejected, b"", reader.done + 1)
+    counter("records_read").inc(reader.records_read)
+    counter("blank_lines").inc(reader.blank_lines)
+
+
 class _ReadFileFn(beam.DoFn):
     def __init__(
         self, parser: Parser, record_type: str, fmt: str, max_line_bytes: int
@@ -123,24 +149,13 @@ class _ReadFileFn(beam.DoFn):
         self._max_line_bytes = max_line_bytes
 
     def process(self, readable_file: fileio.ReadableFile) -> Iterator[Any]:
-        reader = FileReader(
+        return read_file(
+            readable_file.metadata.path,
             self._parser,
             self._record_type,
+            self._format,
             self._max_line_bytes,
-            readable_file.metadata.path,
         )
-        try:
-            with open_checked(readable_file.metadata.path) as fh:
-                yield from reader.read(self._format, fh)
-        except _READ_ERRORS as e:
-            # The rest of the file is lost; say where reading stopped.
-            rejected = Rejected(
-                UNREADABLE_FILE,
-                f"unreadable file after line {reader.done}: {e}",
-            )
-            yield reader.dead(rejected, b"", reader.done + 1)
-        counter("records_read").inc(reader.records_read)
-        counter("blank_lines").inc(reader.blank_lines)
 
 
 class ReadRecords(beam.PTransform):
@@ -193,14 +208,14 @@ class ReadRecords(beam.PTransform):
                 | "SpreadRowGroups" >> beam.Reshuffle()
             )
             read_part = ReadParquetPart(self._parser, record_type)
-            return parts | "Read" >> _split(read_part, self._record_type)
+            return parts | "Read" >> split_outputs(read_part, self._record_type)
         read_file = _ReadFileFn(
             self._parser, record_type, self._format, self._max_line_bytes
         )
-        return files | "Read" >> _split(read_file, self._record_type)
+        return files | "Read" >> split_outputs(read_file, self._record_type)
 
 
-def _split(fn: beam.DoFn, record_type: type[Message]) -> beam.PTransform:
+def split_outputs(fn: beam.DoFn, record_type: type[Message]) -> beam.PTransform:
     """`fn`'s records and dead letters as two typed outputs."""
     return (
         beam.ParDo(fn)
@@ -316,7 +331,7 @@ class ParseRecords(beam.PTransform):
         self._parse_fn = _ParseFn(parser, record_type.DESCRIPTOR.name, source)
 
     def expand(self, pcoll: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        return pcoll | "Parse" >> _split(self._parse_fn, self._record_type)
+        return pcoll | "Parse" >> split_outputs(self._parse_fn, self._record_type)
 
 
 def to_json_dict(message: Message) -> dict[str, Any]:
@@ -347,7 +362,8 @@ def _json_scalar(field: FieldDescriptor, value: Any) -> Any:
     return value
 
 
-def _json_line(message: Message) -> str:
+def json_line(message: Message) -> str:
+    """`message` as one compact JSON line (`to_json_dict`), without newline."""
     return json.dumps(to_json_dict(message), ensure_ascii=False, separators=(",", ":"))
 
 
@@ -366,7 +382,7 @@ class WriteJsonLines(beam.PTransform):
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         return (
             pcoll
-            | "ToJson" >> beam.Map(_json_line)
+            | "ToJson" >> beam.Map(json_line)
             | "Write"
             >> beam.io.WriteToText(
                 self._path_prefix,

@@ -1,0 +1,81 @@
+"""Running a pipeline command live: until the input ends or the user stops it.
+
+A streaming job over inputs that never end runs until SIGINT (Ctrl-C) or
+SIGTERM. The first of these asks the runner to stop after the batch it is
+running has committed, so a restart on the same `--checkpoint_dir` resumes
+exactly there; the command then prints its summary as usual. A second
+Ctrl-C while stopping interrupts at once (the checkpoint still holds: the
+batch in flight is replayed on restart).
+
+While the job runs, a status line every `status_seconds` says how far it
+has got, from the metrics of its committed batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from apache_beam.runners.runner import PipelineResult, PipelineState
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
+
+_log = logging.getLogger("pipelines.live")
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_POLL_MS = 200
+
+
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[threading.Event]:
+    """An event set by the first SIGINT or SIGTERM while in the block."""
+    requested = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        _log.info(
+            "%s: stopping after the running batch commits (Ctrl-C again to "
+            "interrupt at once)",
+            signal.Signals(signum).name,
+        )
+        requested.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = {s: signal.signal(s, request_stop) for s in _STOP_SIGNALS}
+    try:
+        yield requested
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def run_until_stopped(
+    result: PipelineResult,
+    status: Callable[[], str],
+    status_seconds: float,
+) -> str:
+    """Waits for `result`'s job to end, or stops it on SIGINT/SIGTERM;
+    logs `status()` every `status_seconds` (0: never). Returns the final
+    state (CANCELLED after a stop)."""
+    next_status = time.monotonic() + status_seconds
+    with _stop_requests() as stop:
+        while True:
+            state = result.wait_until_finish(duration=_POLL_MS)
+            if PipelineState.is_terminal(state):
+                return state
+            if stop.is_set():
+                return result.cancel()
+            if status_seconds and time.monotonic() >= next_status:
+                _log.info("%s", status())
+                next_status += status_seconds
+
+
+def watermark_lag(result: PipelineResult) -> str:
+    """ ", watermark T (lag S s)" for a runner that reports its watermark
+    (this project's SparkRunner in streaming), else ""."""
+    watermark = getattr(result, "watermark", lambda: None)()
+    if watermark is None or watermark <= MIN_TIMESTAMP or watermark >= MAX_TIMESTAMP:
+        return ""
+    lag = time.time() - watermark.micros / 1e6
+    return f", watermark {watermark.to_rfc3339()} (lag {lag:.1f} s)"

@@ -1,0 +1,382 @@
+"""Follow a directory: read record files as they arrive, for as long as the
+job runs.
+
+`FollowRecords` is the unbounded counterpart of `ReadRecords`: the same
+formats, outputs (`RECORDS`, `DEAD_LETTERS`), reasons and counters, but the
+file pattern is polled every `poll_seconds` and each file that matches is
+read once, whole, when it first appears. It is one splittable DoFn, so it
+runs on any runner with unbounded splittable DoFns (this project's
+SparkRunner in streaming, Beam's DirectRunner in streaming):
+
+- **Each file once, across restarts.** The restriction is the set of files
+  already read. A poll's remainder carries it, so a runner that checkpoints
+  remainders with the outputs (the SparkRunner commits both in one batch)
+  never reads a file twice nor skips one. A file that is gone from the
+  directory is forgotten, which keeps the set as small as the directory.
+- **Files must appear whole.** Write a file elsewhere (or under a name
+  starting with `.` or `_`, which are never read) and rename it into place:
+  a file is read as it is at the poll that finds it.
+- **Event time from the records.** Each record is stamped with its
+  `event_time`. The watermark is MillWheel's injector estimate: the newest
+  event time read, less `max_disorder_seconds` (how far a record may arrive
+  behind a newer one and still be on time). Once no record has arrived for
+  `idle_timeout_seconds`, nothing is assumed in flight and the watermark
+  moves up to the newest event time read, so the last windows of a quiet
+  stream close. Replaying old files live thus gives the windows a batch run
+  gives, whatever the clock says.
+- **Drain** (the runner's `drain()`) reads the files present at that moment
+  and ends; the watermark then goes to the end of time, as in a batch run.
+
+A large backlog (say, on restart) is read a file at a time: a runner that
+caps the records of a batch checkpoints between files, never inside one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.iobase import (
+    RestrictionProgress,
+    RestrictionTracker,
+    WatermarkEstimator,
+)
+from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
+from apache_beam.transforms.window import TimestampedValue
+from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
+from google.protobuf.message import Message
+
+from transforms.millwheel.event_time import to_millis, to_timestamp
+from transforms.records.dead_letters import Parser, counter
+from transforms.records.parse import (
+    parse_click_event,
+    parse_query_event,
+    parse_search_query,
+)
+from transforms.records.photon_pb2 import ClickEvent, QueryEvent
+from transforms.records.readers import (
+    DEFAULT_MAX_LINE_BYTES,
+    FORMATS,
+    infer_format,
+    read_file,
+    split_outputs,
+)
+from transforms.records.zeitgeist_pb2 import SearchQuery
+
+__all__ = [
+    "FollowClickEvents",
+    "FollowQueryEvents",
+    "FollowRecords",
+    "FollowSearchQueries",
+    "FollowSettings",
+    "FollowedFiles",
+    "InjectorWatermark",
+]
+
+_NO_EVENT_MS = to_millis(MIN_TIMESTAMP)
+
+
+@dataclasses.dataclass(frozen=True)
+class FollowSettings:
+    """How a followed directory is polled and how its watermark moves."""
+
+    poll_seconds: float = 1.0
+    max_disorder_seconds: float = 0.0
+    idle_timeout_seconds: float = 0.0  # 0: the watermark never jumps ahead
+
+    def __post_init__(self) -> None:
+        if self.poll_seconds <= 0:
+            raise ValueError(f"poll_seconds must be positive, got {self.poll_seconds}")
+        for name in ("max_disorder_seconds", "idle_timeout_seconds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FollowedFiles:
+    """The restriction of a followed directory: the files already read.
+
+    `final` is a drained restriction: read what is present, then end.
+    """
+
+    seen: frozenset[str] = frozenset()
+    final: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Listing:
+    """What matched at one poll; claimed before the poll's files, so that the
+    remainder forgets the files that are gone."""
+
+    present: frozenset[str]
+
+
+class FollowedFilesTracker(RestrictionTracker):
+    """Claims a poll's listing, then its new files one by one.
+
+    Only a checkpoint splits it (`try_split(0)`, from `defer_remainder` or a
+    runner's record cap): the remainder has read everything claimed so far.
+    """
+
+    def __init__(self, restriction: FollowedFiles) -> None:
+        self._restriction = restriction
+        self._present: frozenset[str] | None = None
+        self._claimed: list[str] = []
+        self._checkpointed = False
+
+    def current_restriction(self) -> FollowedFiles:
+        return self._restriction
+
+    def try_claim(self, position: _Listing | str) -> bool:
+        if self._checkpointed:
+            return False
+        if isinstance(position, _Listing):
+            self._present = position.present
+        else:
+            self._claimed.append(position)
+        return True
+
+    def try_split(self, fraction_of_remainder: float) -> Any:
+        if fraction_of_remainder != 0 or self._checkpointed:
+            return None  # a directory listing cannot be shared out
+        self._checkpointed = True
+        seen = self._restriction.seen | frozenset(self._claimed)
+        if self._present is not None:
+            seen &= self._present | frozenset(self._claimed)
+        primary = FollowedFiles(frozenset(self._claimed), final=True)
+        residual = FollowedFiles(seen, self._restriction.final)
+        return primary, residual
+
+    def check_done(self) -> None:
+        if not (self._checkpointed or self._restriction.final):
+            raise ValueError(
+                "a followed directory is never done: its process must defer "
+                "its remainder"
+            )
+
+    def current_progress(self) -> RestrictionProgress:
+        return RestrictionProgress(completed=len(self._claimed), remaining=1)
+
+    def is_bounded(self) -> bool:
+        return self._restriction.final
+
+
+class _FollowedFilesProvider(RestrictionProvider):
+    def initial_restriction(self, element: Any) -> FollowedFiles:
+        return FollowedFiles()
+
+    def create_tracker(self, restriction: FollowedFiles) -> FollowedFilesTracker:
+        return FollowedFilesTracker(restriction)
+
+    def restriction_size(self, element: Any, restriction: FollowedFiles) -> int:
+        return 1
+
+    def truncate(self, element: Any, restriction: FollowedFiles) -> FollowedFiles:
+        # On drain: one last poll, so files already delivered are not lost.
+        return FollowedFiles(restriction.seen, final=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class InjectorState:
+    """A followed directory's watermark estimate, carried by its remainder.
+
+    Times are event-time milliseconds; `last_record_s` is the wall clock
+    (seconds) when the newest batch of records was read.
+    """
+
+    watermark_ms: int = _NO_EVENT_MS
+    newest_ms: int = _NO_EVENT_MS
+    last_record_s: float = 0.0
+
+
+class InjectorWatermark(WatermarkEstimator):
+    """The newest event time read less the disorder bound; the newest event
+    time itself once the input has been idle for the timeout. Monotonic."""
+
+    def __init__(self, state: InjectorState, settings: FollowSettings) -> None:
+        self._state = state
+        self._disorder_ms = int(settings.max_disorder_seconds * 1000)
+        self._idle_s = settings.idle_timeout_seconds
+
+    def observe_timestamp(self, timestamp: Timestamp) -> None:
+        # Dead letters keep the impulse's timestamp, the minimum: they say
+        # nothing of event time.
+        event_ms = to_millis(timestamp)
+        if event_ms > self._state.newest_ms:
+            self._state = dataclasses.replace(
+                self._state, newest_ms=event_ms, last_record_s=time.time()
+            )
+
+    def current_watermark(self) -> Timestamp:
+        state = self._state
+        if state.newest_ms == _NO_EVENT_MS:
+            return MIN_TIMESTAMP
+        estimate = state.newest_ms - self._disorder_ms
+        idle = self._idle_s and time.time() - state.last_record_s >= self._idle_s
+        if idle:
+            estimate = state.newest_ms
+        if estimate > state.watermark_ms:
+            self._state = dataclasses.replace(state, watermark_ms=estimate)
+        return to_timestamp(self._state.watermark_ms)
+
+    def get_estimator_state(self) -> InjectorState:
+        self.current_watermark()
+        return self._state
+
+
+def _is_hidden(path: str) -> bool:
+    # Spark's and Hadoop's convention for files still being written.
+    return path.rsplit("/", 1)[-1].startswith((".", "_"))
+
+
+class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
+    """Polls the pattern; reads each new file. It is its own watermark
+    estimator provider because the estimator needs this source's settings,
+    which a provider named in `process`'s signature could not have."""
+
+    def __init__(
+        self,
+        file_pattern: str,
+        parser: Parser,
+        record_type: str,
+        fmt: str,
+        max_line_bytes: int,
+        settings: FollowSettings,
+    ) -> None:
+        self._pattern = file_pattern
+        self._parser = parser
+        self._record_type = record_type
+        self._format = fmt
+        self._max_line_bytes = max_line_bytes
+        self._settings = settings
+
+    @beam.DoFn.unbounded_per_element()
+    def process(
+        self,
+        element: Any,
+        tracker=beam.DoFn.RestrictionParam(_FollowedFilesProvider()),
+        _watermark=beam.DoFn.WatermarkEstimatorParam(),
+    ) -> Iterator[Any]:
+        restriction = tracker.current_restriction()
+        found = [
+            metadata
+            for metadata in FileSystems.match([self._pattern])[0].metadata_list
+            if not _is_hidden(metadata.path)
+        ]
+        if not tracker.try_claim(_Listing(frozenset(m.path for m in found))):
+            return
+        new = sorted(
+            (m for m in found if m.path not in restriction.seen),
+            key=lambda m: (m.last_updated_in_seconds, m.path),
+        )
+        for metadata in new:
+            if not tracker.try_claim(metadata.path):
+                return
+            counter("files_followed").inc()
+            yield from self._read(metadata.path)
+        if not restriction.final:
+            tracker.defer_remainder(Duration.of(self._settings.poll_seconds))
+
+    def initial_estimator_state(self, element: Any, restriction: Any) -> InjectorState:
+        return InjectorState()
+
+    def create_watermark_estimator(self, state: InjectorState) -> InjectorWatermark:
+        return InjectorWatermark(state, self._settings)
+
+    def _read(self, path: str) -> Iterator[Any]:
+        for output in read_file(
+            path, self._parser, self._record_type, self._format, self._max_line_bytes
+        ):
+            if isinstance(output, Message):
+                yield TimestampedValue(output, to_timestamp(output.event_time))
+            else:
+                yield output
+
+
+class FollowRecords(beam.PTransform):
+    """Read files matching `file_pattern` into `parser`'s messages as they
+    appear, for as long as the job runs (see the module docstring).
+
+    The outputs are `ReadRecords`' (a `DoOutputsTuple` of `RECORDS` and
+    `DEAD_LETTERS`), and each record is stamped with its `event_time`. The
+    output is unbounded: run it in a streaming pipeline. `format` is one of
+    `FORMATS`, or None to infer it from the pattern's extension.
+    """
+
+    def __init__(
+        self,
+        file_pattern: str,
+        parser: Parser,
+        record_type: type[Message],
+        format: str | None = None,
+        settings: FollowSettings = FollowSettings(),
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    ) -> None:
+        super().__init__()
+        fmt = format or infer_format(file_pattern)
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown record format {fmt!r}; expected {FORMATS}")
+        self._record_type = record_type
+        self._follow = _FollowFilesFn(
+            file_pattern,
+            parser,
+            record_type.DESCRIPTOR.name,
+            fmt,
+            max_line_bytes,
+            settings,
+        )
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
+        return (
+            pbegin
+            | "Impulse" >> beam.Impulse()
+            | "Follow" >> split_outputs(self._follow, self._record_type)
+        )
+
+
+class _FollowOneType(FollowRecords):
+    """`FollowRecords` with the parser and message type fixed by a subclass."""
+
+    _PARSER: ClassVar[Parser]
+    _RECORD_TYPE: ClassVar[type[Message]]
+
+    def __init__(
+        self,
+        file_pattern: str,
+        format: str | None = None,
+        settings: FollowSettings = FollowSettings(),
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    ) -> None:
+        super().__init__(
+            file_pattern,
+            self._PARSER,
+            self._RECORD_TYPE,
+            format,
+            settings,
+            max_line_bytes,
+        )
+
+
+class FollowSearchQueries(_FollowOneType):
+    """`FollowRecords` of Zeitgeist `SearchQuery` with `parse_search_query`."""
+
+    _PARSER = staticmethod(parse_search_query)
+    _RECORD_TYPE = SearchQuery
+
+
+class FollowQueryEvents(_FollowOneType):
+    """`FollowRecords` of Photon `QueryEvent` with `parse_query_event`."""
+
+    _PARSER = staticmethod(parse_query_event)
+    _RECORD_TYPE = QueryEvent
+
+
+class FollowClickEvents(_FollowOneType):
+    """`FollowRecords` of Photon `ClickEvent` with `parse_click_event`."""
+
+    _PARSER = staticmethod(parse_click_event)
+    _RECORD_TYPE = ClickEvent
