@@ -189,15 +189,27 @@ def optimize(
         partial=False,
         is_drain=is_drain,
     )
-    # Beam names a fused stage after its steps plus a process-wide counter,
-    # so the same pipeline's stages are named differently after another
-    # pipeline was optimised in the process. A streaming job finds its
-    # state, remainders and checkpoint by stage name: each stage takes its
-    # transform id instead, which depends on this pipeline alone.
+    # A streaming job finds its state, remainders and checkpoint by stage
+    # name, so a name must depend on the pipeline alone. Beam's has a
+    # process-wide counter in it, and its transform id lists the fused steps
+    # in the order fusion merged them, which follows set iteration and so
+    # differs from one process to the next: each stage is named by its
+    # input and its steps' names, sorted.
     transforms = optimized.components.transforms
     for transform_id in optimized.root_transform_ids:
-        if transforms[transform_id].spec.urn == EXECUTABLE_STAGE:
-            transforms[transform_id].unique_name = transform_id
+        stage = transforms[transform_id]
+        if stage.spec.urn == EXECUTABLE_STAGE:
+            payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(
+                stage.spec.payload
+            )
+            steps = payload.components.transforms
+            stage.unique_name = (
+                payload.input
+                + ":"
+                + "+".join(
+                    sorted(steps[step].unique_name for step in payload.transforms)
+                )
+            )
     return optimized
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import zipfile
 
 import apache_beam as beam
@@ -228,7 +231,7 @@ def test_driver_runs_only_stages_whose_inputs_and_outputs_stay_on_it(tmp_path):
 
     on_driver = driver_stages(primitives)
     assert on_driver == stages_of(
-        "Total-DoOnce", "InitializeWrite", "PreFinalize", "FinalizeWrite"
+        "Total/DoOnce/FlatMap", "InitializeWrite", "PreFinalize", "FinalizeWrite"
     )
     assert len(on_driver) == 4
     assert len(stages_of("Expand", "Remember", "Label")) == 3
@@ -286,6 +289,41 @@ def test_a_pipeline_optimised_again_in_the_same_process_keeps_its_stage_names():
     first = _stage_names(optimize(_splittable_pipeline(), streaming=True))
     _ = optimize(_splittable_pipeline(), streaming=True, is_drain=True)
     assert _stage_names(optimize(_splittable_pipeline(), streaming=True)) == first
+
+
+_PRINT_ZEITGEIST_STAGE_NAMES = """
+import apache_beam as beam
+from pipelines import config
+from pipelines.zeitgeist import DEFAULT_CONFIG, build, zeitgeist_transform
+from runners.spark.runner import optimize
+from transforms.records.follow import FollowSearchQueries
+from transforms.records.json_parts import WriteJsonLineParts
+
+pipeline = beam.Pipeline()
+transform = zeitgeist_transform(config.read(DEFAULT_CONFIG))
+build(pipeline, ["in/*.jsonl"], None, transform, __import__("pathlib").Path("out"),
+      ["window_counts", "scores"], read=FollowSearchQueries, write=WriteJsonLineParts)
+plan = optimize(pipeline.to_runner_api(), streaming=True)
+transforms = plan.components.transforms
+print(sorted(transforms[t].unique_name for t in plan.root_transform_ids))
+"""
+
+
+def test_stage_names_are_the_same_in_every_process():
+    # A restart is another process, with another seed for string hashing:
+    # the Zeitgeist pipeline's fused stages must keep their names, or the
+    # restart refuses the checkpoint (or worse, finds no state).
+    names = {
+        subprocess.run(
+            [sys.executable, "-c", _PRINT_ZEITGEIST_STAGE_NAMES],
+            env=dict(os.environ, PYTHONHASHSEED=seed),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(names) == 1, names
 
 
 def test_the_drain_plan_truncates_in_a_stage_of_its_own_before_process():

@@ -120,9 +120,11 @@ def test_checkpoint_refuses_another_pipeline_and_keeps_the_last_commit(tmp_path)
 
 
 def test_checkpoint_of_an_earlier_layout_is_refused(tmp_path):
-    # Written before stages were named by transform id: no layout recorded.
-    (tmp_path / "job.json").write_text('{"keyed_stages": [], "key_groups": 16}')
-    with pytest.raises(CheckpointMismatch, match="'layout': 2"):
+    # Written before stages were named by their sorted steps (layout 2).
+    (tmp_path / "job.json").write_text(
+        '{"keyed_stages": [], "key_groups": 16, "layout": 2}'
+    )
+    with pytest.raises(CheckpointMismatch, match="'layout': 3"):
         CheckpointDir(tmp_path).bind({"keyed_stages": [], "key_groups": 16})
 
 

@@ -68,6 +68,7 @@ from transforms.records.readers import (
 from transforms.records.zeitgeist_pb2 import SearchQuery
 
 __all__ = [
+    "FileListing",
     "FollowClickEvents",
     "FollowQueryEvents",
     "FollowRecords",
@@ -108,7 +109,7 @@ class FollowedFiles:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Listing:
+class FileListing:
     """What matched at one poll; claimed before the poll's files, so that the
     remainder forgets the files that are gone."""
 
@@ -131,10 +132,10 @@ class FollowedFilesTracker(RestrictionTracker):
     def current_restriction(self) -> FollowedFiles:
         return self._restriction
 
-    def try_claim(self, position: _Listing | str) -> bool:
+    def try_claim(self, position: FileListing | str) -> bool:
         if self._checkpointed:
             return False
-        if isinstance(position, _Listing):
+        if isinstance(position, FileListing):
             self._present = position.present
         else:
             self._claimed.append(position)
@@ -267,7 +268,7 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
             for metadata in FileSystems.match([self._pattern])[0].metadata_list
             if not _is_hidden(metadata.path)
         ]
-        if not tracker.try_claim(_Listing(frozenset(m.path for m in found))):
+        if not tracker.try_claim(FileListing(frozenset(m.path for m in found))):
             return
         new = sorted(
             (m for m in found if m.path not in restriction.seen),

@@ -35,6 +35,8 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from transforms.records.readers import json_line
 
+_PAST = Timestamp(0)
+
 
 def part_path(path_prefix: str, shard: int, part: int) -> str:
     """Where part `part` of shard `shard` is written."""
@@ -85,7 +87,10 @@ class _PartWriter(beam.DoFn):
         buffer.add(element[1])
         if not pending.read():
             pending.write(True)
-            flush.set(Timestamp.now() + self._delay)
+            # With no delay, a time already past: the runner fires it as soon
+            # as this batch's elements are in (the SparkRunner, in the same
+            # batch), so a stop after the batch leaves nothing unwritten.
+            flush.set(Timestamp.now() + self._delay if self._delay else _PAST)
             end.set(GlobalWindow().max_timestamp())
 
     @on_timer(FLUSH)
@@ -155,6 +160,6 @@ class WriteJsonLineParts(beam.PTransform):
             pcoll
             # State lives for the job, not for the windows the messages had.
             | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
-            | "ToJson" >> beam.Map(keyed)
+            | "ToJson" >> beam.Map(keyed).with_output_types(tuple[int, str])
             | "WriteParts" >> beam.ParDo(_PartWriter(self._prefix, self._flush_seconds))
         )

@@ -1,0 +1,286 @@
+"""Zeitgeist live (`--follow`) on SparkRunner in streaming: files dropped into
+a directory in waves give the batch run's anomalies and window counts, a dip
+is reported while the job runs, and the command stops cleanly on SIGTERM and
+resumes from its checkpoint without counting a window twice."""
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
+
+from pipelines import config as config_loader
+from pipelines.zeitgeist import DEFAULT_CONFIG, build, zeitgeist_transform
+from runners.spark import SparkRunner
+from testing.zeitgeist_generator import DAY_MS, HOUR_MS, StreamSpec, generate
+from transforms.records.follow import FollowSearchQueries, FollowSettings
+from transforms.records.json_parts import WriteJsonLineParts
+from transforms.records.readers import json_line
+from transforms.records.zeitgeist_pb2 import SearchQuery
+from transforms.zeitgeist.composite import ANOMALIES, WINDOW_COUNTS
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+OUTPUTS = (ANOMALIES, WINDOW_COUNTS)
+# A record may trail a newer one by up to a minute (the generator's bound).
+DISORDER_SECONDS = 120
+
+
+def _stream():
+    """A day of 8 queries with spikes and dips, as pre-aggregated counts (a
+    record per query and window), some out of order by up to a minute."""
+    spec = StreamSpec(
+        num_queries=8,
+        duration_ms=DAY_MS,
+        warmup_ms=4 * HOUR_MS,
+        aggregate=1.0,
+        episodes_per_query_day=2.0,
+        out_of_order_fraction=0.2,
+    )
+    return generate(spec, seed=4)
+
+
+def _drop(inbox: pathlib.Path, name: str, records: list[SearchQuery]) -> None:
+    hidden = inbox / f".{name}"
+    hidden.write_text("".join(json_line(r) + "\n" for r in records))
+    hidden.rename(inbox / name)
+
+
+def _files(records: list[SearchQuery], parts: int) -> list[list[SearchQuery]]:
+    """`records` (in arrival order) cut into `parts` consecutive files."""
+    n = len(records)
+    return [records[i * n // parts : (i + 1) * n // parts] for i in range(parts)]
+
+
+def _outputs(output: pathlib.Path) -> dict[str, list[str]]:
+    return {
+        name: sorted(
+            json.dumps(json.loads(line), sort_keys=True)
+            for path in output.glob(f"{name}*.jsonl")
+            for line in path.read_text().splitlines()
+        )
+        for name in OUTPUTS
+    }
+
+
+def _wait_for(predicate, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not predicate():
+        time.sleep(0.2)
+
+
+def _wait_for_more_counts(output, than: int, timeout_s: float = 120) -> None:
+    _wait_for(lambda: len(_window_counts(output)) > than, timeout_s)
+
+
+def _batch_run(source: str, output: pathlib.Path) -> dict[str, list[str]]:
+    config = config_loader.read(DEFAULT_CONFIG)
+    with beam.Pipeline() as pipeline:
+        build(
+            pipeline,
+            [source],
+            None,
+            zeitgeist_transform(config),
+            output,
+            [WINDOW_COUNTS],
+        )
+    return _outputs(output)
+
+
+def _live_pipeline(tmp_path, inbox, output):
+    config = config_loader.read(DEFAULT_CONFIG)
+    pipeline = beam.Pipeline(
+        runner=SparkRunner(),
+        options=PipelineOptions(
+            ["--streaming", f"--checkpoint_dir={tmp_path / 'checkpoint'}"]
+        ),
+    )
+    follow = FollowSettings(poll_seconds=0.3, max_disorder_seconds=DISORDER_SECONDS)
+    build(
+        pipeline,
+        [str(inbox / "*.jsonl")],
+        None,
+        zeitgeist_transform(config),
+        output,
+        [WINDOW_COUNTS],
+        read=lambda pattern, fmt: FollowSearchQueries(pattern, fmt, follow),
+        write=WriteJsonLineParts,
+    )
+    return pipeline
+
+
+def _wait_until_quiet(output, quiet_s: float = 4, timeout_s: float = 120) -> None:
+    """Waits until the window counts written stop growing for `quiet_s`."""
+    deadline = time.monotonic() + timeout_s
+    seen, since = -1, time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
+        now = len(_window_counts(output))
+        if now != seen:
+            seen, since = now, time.monotonic()
+        time.sleep(0.2)
+
+
+def _up_to(lines: list[str], end_ms: int) -> list[str]:
+    """The records of windows ending by `end_ms`; an episode still open when
+    the input ended exists only in a run whose input ends."""
+    return [
+        line
+        for line in lines
+        if json.loads(line)["window_end"] <= end_ms
+        and json.loads(line).get("status") != "OPEN_AT_END"
+    ]
+
+
+def test_files_in_waves_give_the_batch_runs_anomalies_and_window_counts(
+    tmp_path, spark_session
+):
+    stream = _stream()
+    files = _files(stream.events, 4)
+    everything = tmp_path / "all"
+    everything.mkdir()
+    for i, records in enumerate(files):
+        _drop(everything, f"part{i}.jsonl", records)
+    batch = _batch_run(str(everything / "*.jsonl"), tmp_path / "batch")
+    assert batch[ANOMALIES], "the stream has injected episodes"
+
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    live_output = tmp_path / "live"
+    result = _live_pipeline(tmp_path, inbox, live_output).run()
+    try:
+        for i, records in enumerate(files):
+            _drop(inbox, f"part{i}.jsonl", records)
+            # Each wave moves the watermark: window counts appear while the
+            # job runs, before the next wave.
+            before = len(_window_counts(live_output))
+            _wait_for_more_counts(live_output, before)
+            assert len(_window_counts(live_output)) > before, i
+        _wait_until_quiet(live_output)
+    finally:
+        assert result.cancel() == PipelineState.CANCELLED
+    live = _outputs(live_output)
+    # The input never ends, so the windows past the watermark stay open: the
+    # live run has every window up to there, as the batch run has them.
+    closed_through = max(json.loads(c)["window_end"] for c in live[WINDOW_COUNTS])
+    assert closed_through >= stream.spec.start_ms + DAY_MS - 15 * 60_000
+    for name in OUTPUTS:
+        assert live[name] == _up_to(batch[name], closed_through), name
+
+
+def _search(query: str, minute: int, count: int) -> SearchQuery:
+    start = 1_767_571_200_000  # 2026-01-05T00:00Z
+    return SearchQuery(
+        query=query,
+        event_time=start + minute * 60_000,
+        record_id=f"{query}-{minute}",
+        count=count,
+    )
+
+
+def test_a_dip_is_reported_while_the_job_runs(tmp_path, spark_session):
+    # Two queries at 100 searches per 5-minute window for ten hours; then
+    # "fading" stops while "steady" goes on. No record of "fading" arrives
+    # again: its dip can only come from the watermark passing empty windows.
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    output = tmp_path / "live"
+    history = [
+        _search(q, m, 100) for m in range(0, 600, 5) for q in ("steady", "fading")
+    ]
+    _drop(inbox, "history.jsonl", history)
+    result = _live_pipeline(tmp_path, inbox, output).run()
+    try:
+        _drop(
+            inbox,
+            "after.jsonl",
+            [_search("steady", m, 100) for m in range(600, 700, 5)],
+        )
+        _wait_for(lambda: _outputs(output)[ANOMALIES])
+        anomalies = [json.loads(a) for a in _outputs(output)[ANOMALIES]]
+    finally:
+        result.cancel()
+    assert anomalies, "no anomaly while the job ran"
+    assert {(a["query"], a["kind"]) for a in anomalies} == {("fading", "DIP")}
+
+
+def _cli(output, inbox, checkpoint) -> subprocess.Popen:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.zeitgeist",
+            "--input",
+            str(inbox / "*.jsonl"),
+            "--follow",
+            "--output",
+            str(output),
+            "--write_window_counts",
+            "--runner=SparkRunner",
+            "--spark_master_url=local[2]",
+            f"--checkpoint_dir={checkpoint}",
+            "--poll_seconds=0.3",
+            f"--max_disorder_seconds={DISORDER_SECONDS}",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _window_counts(output) -> list[tuple[str, int, int]]:
+    return [
+        (c["query"], c["window_start"], c["count"])
+        for c in map(json.loads, _outputs(output)[WINDOW_COUNTS])
+    ]
+
+
+def test_sigterm_stops_cleanly_and_a_restart_counts_no_window_twice(tmp_path):
+    stream = _stream()
+    files = _files(stream.events, 4)
+    everything = tmp_path / "all"
+    everything.mkdir()
+    for i, records in enumerate(files):
+        _drop(everything, f"part{i}.jsonl", records)
+    batch = _batch_run(str(everything / "*.jsonl"), tmp_path / "batch")
+    batch_counts = {
+        (c["query"], c["window_start"]): c["count"]
+        for c in map(json.loads, batch[WINDOW_COUNTS])
+    }
+
+    inbox, output = tmp_path / "inbox", tmp_path / "live"
+    inbox.mkdir()
+    checkpoint = tmp_path / "checkpoint"
+    for run, wave in enumerate((files[:2], files[2:])):
+        for i, records in enumerate(wave):
+            _drop(inbox, f"run{run}-part{i}.jsonl", records)
+        job = _cli(output, inbox, checkpoint)
+        seen = len(_window_counts(output))
+        _wait_for_more_counts(output, seen, timeout_s=180)
+        job.send_signal(signal.SIGTERM)
+        stdout, stderr = job.communicate(timeout=120)
+        assert job.returncode == 0, stderr[-4000:]
+        # The summary counts the job's committed batches, this run's and the
+        # runs before, and every window they emitted is written: a stop
+        # leaves nothing in the sinks' buffers.
+        emitted = re.search(r"windows emitted\s+(\d+)", stdout)
+        assert emitted, stdout
+        assert len(_window_counts(output)) == int(emitted.group(1))
+        assert len(_window_counts(output)) > seen, f"run {run} counted nothing"
+
+    counts = _window_counts(output)
+    windows = [(q, start) for q, start, _ in counts]
+    assert len(windows) == len(set(windows)), "a window was counted twice"
+    # Every window the two runs closed is the batch run's, with its count,
+    # and none is missing before the last one they closed.
+    assert {(q, s): n for q, s, n in counts}.items() <= batch_counts.items()
+    last = max(start for _, start in windows)
+    assert {w for w in batch_counts if w[1] < last} <= set(windows)

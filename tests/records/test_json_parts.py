@@ -1,0 +1,114 @@
+"""WriteJsonLineParts: numbered JSON Lines parts, written while a streaming
+job runs and at the end of a bounded one, each line exactly once."""
+
+import json
+import time
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
+
+from runners.spark import SparkRunner
+from transforms.records.follow import FollowSearchQueries, FollowSettings
+from transforms.records.json_parts import WriteJsonLineParts, part_path
+from transforms.records.readers import RECORDS
+from transforms.records.zeitgeist_pb2 import SearchQuery
+
+T0 = 1_767_571_200_000
+
+
+def _queries(names) -> list[SearchQuery]:
+    return [SearchQuery(query=n, event_time=T0, record_id=n) for n in names]
+
+
+def _written(tmp_path, prefix="out") -> list[dict]:
+    return [
+        json.loads(line)
+        for path in sorted(tmp_path.glob(f"{prefix}*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def test_a_bounded_input_is_written_whole_when_it_ends(tmp_path):
+    names = [f"q{i}" for i in range(25)]
+    with beam.Pipeline() as pipeline:
+        _ = (
+            pipeline
+            | beam.Create(_queries(names))
+            | WriteJsonLineParts(str(tmp_path / "out"), shards=2)
+        )
+    assert sorted(r["query"] for r in _written(tmp_path)) == sorted(names)
+    # Two shards, one part each: the end of the input flushed them.
+    assert {p.name for p in tmp_path.glob("out*.jsonl")} == {
+        "out-000-000000.jsonl",
+        "out-001-000000.jsonl",
+    }
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+@pytest.mark.parametrize("kwargs", [{"shards": 0}, {"flush_seconds": -1}])
+def test_bad_settings_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        WriteJsonLineParts("out", **kwargs)
+
+
+def test_parts_are_numbered_per_shard():
+    assert part_path("/o/anomalies", 2, 13) == "/o/anomalies-002-000013.jsonl"
+
+
+def _drop(directory, name, queries) -> None:
+    hidden = directory / f".{name}"
+    hidden.write_text(
+        "".join(
+            json.dumps({"query": q, "event_time": T0, "record_id": q}) + "\n"
+            for q in queries
+        )
+    )
+    hidden.rename(directory / name)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_streaming_job_writes_a_part_per_flush_while_it_runs(tmp_path, spark_session):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    _drop(inbox, "a.jsonl", ["a1", "a2"])
+    pipeline = beam.Pipeline(
+        runner=SparkRunner(),
+        options=PipelineOptions(
+            ["--streaming", f"--checkpoint_dir={tmp_path / 'checkpoint'}"]
+        ),
+    )
+    _ = (
+        pipeline
+        | FollowSearchQueries(str(inbox / "*.jsonl"), settings=FollowSettings(0.2))
+    )[RECORDS] | WriteJsonLineParts(str(out / "searches"))
+    result = pipeline.run()
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not list(out.glob("searches*")):
+            time.sleep(0.1)
+        # Written while the job runs, long before its input could end.
+        assert [r["query"] for r in _written(out, "searches")] in (
+            ["a1", "a2"],
+            ["a2", "a1"],
+        )
+        _drop(inbox, "b.jsonl", ["b1"])
+        while time.monotonic() < deadline and len(list(out.glob("searches*"))) < 2:
+            time.sleep(0.1)
+        assert (out / "searches-000-000001.jsonl").exists()
+    finally:
+        _drop(inbox, "c.jsonl", ["c1"])
+        assert result.drain() == PipelineState.DONE
+    assert sorted(r["query"] for r in _written(out, "searches")) == [
+        "a1",
+        "a2",
+        "b1",
+        "c1",
+    ]
+    assert [p.name for p in sorted(out.glob("searches*"))] == [
+        f"searches-000-{n:06d}.jsonl" for n in range(3)
+    ]
