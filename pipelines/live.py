@@ -20,8 +20,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
+
+from pipelines.cli import UsageError
 
 _log = logging.getLogger("pipelines.live")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -48,6 +51,23 @@ def _stop_requests() -> Iterator[threading.Event]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+# Beam's local runners: the bundle-based one fails to expand a splittable
+# DoFn in streaming ("GroupByKey ... was not replaced as expected"), and the
+# FnApiRunner it otherwise picks runs a job to its end inside `run()`.
+_CANNOT_FOLLOW = (None, "DirectRunner", "BundleBasedDirectRunner", "FnApiRunner")
+
+
+def require_follow_runner(options: PipelineOptions) -> None:
+    """Raises `UsageError` for a runner that cannot run a followed input."""
+    name = options.view_as(StandardOptions).runner
+    if name in _CANNOT_FOLLOW:
+        raise UsageError(
+            f"--follow needs a runner that runs unbounded splittable DoFns live, "
+            f"such as --runner=SparkRunner; Beam's {name or 'DirectRunner'} "
+            "cannot follow a directory"
+        )
 
 
 def run_until_stopped(

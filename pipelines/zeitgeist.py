@@ -355,6 +355,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     with cli.usage_errors():
         transform = zeitgeist_transform(config)
         follow = follow_settings(config)
+    runner, beam_args = choose_runner(beam_args)
+    options = PipelineOptions(beam_args)
+    if args.follow and runner is None:
+        live.require_follow_runner(options)
     output = pathlib.Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     generated = not args.input
@@ -368,8 +372,6 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
         if wanted
     ]
-    runner, beam_args = choose_runner(beam_args)
-    options = PipelineOptions(beam_args)
     streaming = options.view_as(StandardOptions).streaming
     pipeline = beam.Pipeline(runner=runner, options=options)
     read: ReadInput = ReadSearchQueries

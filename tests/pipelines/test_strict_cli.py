@@ -103,6 +103,25 @@ def test_input_globs_that_match_nothing_are_errors(tmp_path):
     assert_usage_error(done, "cannot infer the record format")
 
 
+def test_follow_mistakes_are_one_line_and_exit_2(tmp_path):
+    output = str(tmp_path / "z")
+    done = run_cli("pipelines.zeitgeist", "--output", output, "--follow")
+    assert_usage_error(done, "--follow needs --input")
+    # A followed pattern may match nothing yet, but its directory must exist.
+    missing = str(tmp_path / "missing" / "*.jsonl")
+    done = run_cli(
+        "pipelines.zeitgeist", "--output", output, "--follow", "--input", missing
+    )
+    assert_usage_error(done, f"no directory '{tmp_path / 'missing'}'")
+    # Beam's DirectRunner cannot run a followed directory live.
+    inbox = str(tmp_path / "*.jsonl")
+    done = run_cli(
+        "pipelines.zeitgeist", "--output", output, "--follow", "--input", inbox
+    )
+    assert_usage_error(done, "--follow needs a runner", "--runner=SparkRunner")
+    assert not (tmp_path / "z").exists(), "nothing may run before the check"
+
+
 def test_verify_refuses_a_joined_directory_that_does_not_exist(tmp_path):
     log = tmp_path / "c.jsonl"
     log.write_text("")
