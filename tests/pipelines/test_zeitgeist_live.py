@@ -20,10 +20,10 @@ from apache_beam.runners.runner import PipelineState
 from pipelines import config as config_loader
 from pipelines.zeitgeist import DEFAULT_CONFIG, build, zeitgeist_transform
 from runners.spark import SparkRunner
+from testing.zeitgeist_files import cut, drop_file
 from testing.zeitgeist_generator import DAY_MS, HOUR_MS, StreamSpec, generate
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.json_parts import WriteJsonLineParts
-from transforms.records.readers import json_line
 from transforms.records.zeitgeist_pb2 import SearchQuery
 from transforms.zeitgeist.composite import ANOMALIES, WINDOW_COUNTS
 
@@ -45,18 +45,6 @@ def _stream():
         out_of_order_fraction=0.2,
     )
     return generate(spec, seed=4)
-
-
-def _drop(inbox: pathlib.Path, name: str, records: list[SearchQuery]) -> None:
-    hidden = inbox / f".{name}"
-    hidden.write_text("".join(json_line(r) + "\n" for r in records))
-    hidden.rename(inbox / name)
-
-
-def _files(records: list[SearchQuery], parts: int) -> list[list[SearchQuery]]:
-    """`records` (in arrival order) cut into `parts` consecutive files."""
-    n = len(records)
-    return [records[i * n // parts : (i + 1) * n // parts] for i in range(parts)]
 
 
 def _outputs(output: pathlib.Path) -> dict[str, list[str]]:
@@ -142,11 +130,11 @@ def test_files_in_waves_give_the_batch_runs_anomalies_and_window_counts(
     tmp_path, spark_session
 ):
     stream = _stream()
-    files = _files(stream.events, 4)
+    files = cut(stream.events, 4)
     everything = tmp_path / "all"
     everything.mkdir()
     for i, records in enumerate(files):
-        _drop(everything, f"part{i}.jsonl", records)
+        drop_file(everything, f"part{i}.jsonl", records)
     batch = _batch_run(str(everything / "*.jsonl"), tmp_path / "batch")
     assert batch[ANOMALIES], "the stream has injected episodes"
 
@@ -156,7 +144,7 @@ def test_files_in_waves_give_the_batch_runs_anomalies_and_window_counts(
     result = _live_pipeline(tmp_path, inbox, live_output).run()
     try:
         for i, records in enumerate(files):
-            _drop(inbox, f"part{i}.jsonl", records)
+            drop_file(inbox, f"part{i}.jsonl", records)
             # Each wave moves the watermark: window counts appear while the
             # job runs, before the next wave.
             before = len(_window_counts(live_output))
@@ -194,10 +182,10 @@ def test_a_dip_is_reported_while_the_job_runs(tmp_path, spark_session):
     history = [
         _search(q, m, 100) for m in range(0, 600, 5) for q in ("steady", "fading")
     ]
-    _drop(inbox, "history.jsonl", history)
+    drop_file(inbox, "history.jsonl", history)
     result = _live_pipeline(tmp_path, inbox, output).run()
     try:
-        _drop(
+        drop_file(
             inbox,
             "after.jsonl",
             [_search("steady", m, 100) for m in range(600, 700, 5)],
@@ -245,11 +233,11 @@ def _window_counts(output) -> list[tuple[str, int, int]]:
 
 def test_sigterm_stops_cleanly_and_a_restart_counts_no_window_twice(tmp_path):
     stream = _stream()
-    files = _files(stream.events, 4)
+    files = cut(stream.events, 4)
     everything = tmp_path / "all"
     everything.mkdir()
     for i, records in enumerate(files):
-        _drop(everything, f"part{i}.jsonl", records)
+        drop_file(everything, f"part{i}.jsonl", records)
     batch = _batch_run(str(everything / "*.jsonl"), tmp_path / "batch")
     batch_counts = {
         (c["query"], c["window_start"]): c["count"]
@@ -261,7 +249,7 @@ def test_sigterm_stops_cleanly_and_a_restart_counts_no_window_twice(tmp_path):
     checkpoint = tmp_path / "checkpoint"
     for run, wave in enumerate((files[:2], files[2:])):
         for i, records in enumerate(wave):
-            _drop(inbox, f"run{run}-part{i}.jsonl", records)
+            drop_file(inbox, f"run{run}-part{i}.jsonl", records)
         job = _cli(output, inbox, checkpoint)
         seen = len(_window_counts(output))
         _wait_for_more_counts(output, seen, timeout_s=180)

@@ -10,6 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from runners.spark import SparkRunner
+from testing.zeitgeist_files import drop_file
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.json_parts import WriteJsonLineParts, part_path
 from transforms.records.readers import RECORDS
@@ -57,17 +58,6 @@ def test_parts_are_numbered_per_shard():
     assert part_path("/o/anomalies", 2, 13) == "/o/anomalies-002-000013.jsonl"
 
 
-def _drop(directory, name, queries) -> None:
-    hidden = directory / f".{name}"
-    hidden.write_text(
-        "".join(
-            json.dumps({"query": q, "event_time": T0, "record_id": q}) + "\n"
-            for q in queries
-        )
-    )
-    hidden.rename(directory / name)
-
-
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_streaming_job_writes_a_part_per_flush_while_it_runs(tmp_path, spark_session):
@@ -75,7 +65,7 @@ def test_a_streaming_job_writes_a_part_per_flush_while_it_runs(tmp_path, spark_s
     inbox.mkdir()
     out = tmp_path / "out"
     out.mkdir()
-    _drop(inbox, "a.jsonl", ["a1", "a2"])
+    drop_file(inbox, "a.jsonl", _queries(["a1", "a2"]))
     pipeline = beam.Pipeline(
         runner=SparkRunner(),
         options=PipelineOptions(
@@ -96,12 +86,12 @@ def test_a_streaming_job_writes_a_part_per_flush_while_it_runs(tmp_path, spark_s
             ["a1", "a2"],
             ["a2", "a1"],
         )
-        _drop(inbox, "b.jsonl", ["b1"])
+        drop_file(inbox, "b.jsonl", _queries(["b1"]))
         while time.monotonic() < deadline and len(list(out.glob("searches*"))) < 2:
             time.sleep(0.1)
         assert (out / "searches-000-000001.jsonl").exists()
     finally:
-        _drop(inbox, "c.jsonl", ["c1"])
+        drop_file(inbox, "c.jsonl", _queries(["c1"]))
         assert result.drain() == PipelineState.DONE
     assert sorted(r["query"] for r in _written(out, "searches")) == [
         "a1",
