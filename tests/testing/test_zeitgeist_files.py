@@ -18,4 +18,6 @@ def test_the_stream_is_cut_into_parts_in_arrival_order(tmp_path):
         for line in part.read_text().splitlines()
     ]
     assert ids == [e.record_id for e in stream.events]
-    assert json.loads((tmp_path / "inbox-episodes.json").read_text()) is not None
+    # The ground truth sits beside the inbox, where no follower reads it.
+    truth = json.loads((tmp_path / "inbox-episodes.json").read_text())
+    assert [e["query"] for e in truth] == [e.query for e in stream.episodes]
