@@ -168,7 +168,7 @@ def run_beam(kind: str, args, sink: Path, checkpoint: str) -> None:
     result.cancel()
 
 
-def run_peer(spark, args, sink: Path) -> None:
+def run_peer(spark, args, sink: Path, window_seconds: int = 1) -> None:
     """Structured Streaming's windowed count of a rate source, append mode."""
     from pyspark.sql import functions as F
 
@@ -178,7 +178,7 @@ def run_peer(spark, args, sink: Path) -> None:
         .load()
         .withColumn("key", F.col("value") % args.keys)
         .withWatermark("timestamp", "0 seconds")
-        .groupBy(F.window("timestamp", "1 second"), "key")
+        .groupBy(F.window("timestamp", f"{window_seconds} seconds"), "key")
         .count()
     )
 

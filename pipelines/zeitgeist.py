@@ -34,6 +34,7 @@ the run alone would forget the models when the run ends.
 """
 
 import argparse
+import dataclasses
 import logging
 import pathlib
 import sys
@@ -113,6 +114,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--num_queries", type=int, help="generator.num_queries")
     parser.add_argument("--days", type=float, help="generator.days")
     parser.add_argument(
+        "--rate", type=float, help="generator.rate (searches/s, --streaming)"
+    )
+    parser.add_argument(
+        "--live_minutes", type=float, help="generator.live_minutes (--streaming)"
+    )
+    parser.add_argument(
         "--model_store",
         choices=("none", "bigtable"),
         help="model_store.kind: where models outlive the run",
@@ -148,6 +155,8 @@ _FLAG_KEYS = {
     "seed": "generator.seed",
     "num_queries": "generator.num_queries",
     "days": "generator.days",
+    "rate": "generator.rate",
+    "live_minutes": "generator.live_minutes",
     "model_store": "model_store.kind",
     "bigtable_project": "model_store.project",
     "bigtable_instance": "model_store.instance",
@@ -158,6 +167,8 @@ _FLAG_KEYS = {
 }
 _FLOAT_KEYS = (
     "generator.days",
+    "generator.rate",
+    "generator.live_minutes",
     "live.poll_seconds",
     "live.max_disorder_seconds",
     "live.idle_timeout_seconds",
@@ -345,25 +356,41 @@ def evaluation(output: pathlib.Path, config: config_loader.Config) -> str:
 def run(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
     config = load_config(args)
+    generated = not args.input
+    # Live: following --input, or (no --input, --streaming) the generator
+    # played in real time. Both read a followed directory, in streaming.
+    live_generated = (
+        generated and PipelineOptions(beam_args).view_as(StandardOptions).streaming
+    )
     if args.follow:
-        if not args.input:
+        if generated:
             raise cli.UsageError("--follow needs --input: the files to follow")
         cli.require_directories("--input", args.input)
-        beam_args = [*beam_args, "--streaming"]
     else:
         cli.require_matches("--input", args.input)
+    following = args.follow or live_generated
+    if following:
+        beam_args = [*beam_args, "--streaming"]
     with cli.usage_errors():
         transform = zeitgeist_transform(config)
         follow = follow_settings(config)
     runner, beam_args = choose_runner(beam_args)
     options = PipelineOptions(beam_args)
-    if args.follow and runner is None:
+    if following and runner is None:
         live.require_follow_runner(options)
     output = pathlib.Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
-    generated = not args.input
+    player = None
     with cli.usage_errors():  # a generator setting it cannot honour
-        inputs = [str(generate_input(config, output))] if generated else args.input
+        if live_generated:
+            player, inputs = start_live_generator(config, output)
+            follow = dataclasses.replace(
+                follow, max_disorder_seconds=LIVE_DISORDER_SECONDS
+            )
+        elif generated:
+            inputs = [str(generate_input(config, output))]
+        else:
+            inputs = args.input
     extra = [
         name
         for name, wanted in (
@@ -375,7 +402,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     streaming = options.view_as(StandardOptions).streaming
     pipeline = beam.Pipeline(runner=runner, options=options)
     read: ReadInput = ReadSearchQueries
-    if args.follow:
+    if following:
 
         def read(pattern: str, fmt: str | None) -> beam.PTransform:
             return FollowSearchQueries(pattern, fmt, follow)
@@ -394,7 +421,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     _log.info(
         "running on %s%s",
         type(pipeline.runner).__name__,
-        ", live until stopped (Ctrl-C)" if args.follow else "",
+        ", live until stopped (Ctrl-C)" if following else "",
     )
     started = time.monotonic()
     result = pipeline.run()
@@ -406,6 +433,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
     else:
         result.wait_until_finish()
+    if player is not None:
+        from testing.zeitgeist_generator import write_episodes
+
+        player.stop()
+        # The ground truth of a live run: the episodes it played whole.
+        write_episodes(player.episodes_played(), output / "generated" / "episodes.json")
     print(summary(result, time.monotonic() - started, output))
     if generated:
         print()
@@ -416,6 +449,36 @@ def run(argv: Sequence[str] | None = None) -> int:
         path = write_report(output, int(config["window"]["size_seconds"] * 1000))
         print(f"\nreport: {path}")
     return 0
+
+
+# The live generator's records trail each other by at most a second.
+LIVE_DISORDER_SECONDS = 1.0
+
+
+def start_live_generator(config: config_loader.Config, output: pathlib.Path):
+    """Starts playing the configured synthetic stream in real time into
+    OUTPUT/generated/live/; returns the player and the pattern to follow."""
+    from testing.zeitgeist_live import LivePlayer, live_stream
+
+    settings = config["generator"]
+    stream = live_stream(
+        rate=float(settings["rate"]),
+        window_ms=int(config["window"]["size_seconds"] * 1000),
+        minutes=float(settings["live_minutes"]),
+        num_queries=int(settings["num_queries"]),
+        seed=int(settings["seed"]),
+    )
+    folder = output / "generated" / "live"
+    _log.info(
+        "playing %d generated records over %d queries live at about %g/s, "
+        "%d episodes, into %s",
+        len(stream),
+        stream.spec.num_queries,
+        float(settings["rate"]),
+        len(stream.episodes),
+        folder,
+    )
+    return LivePlayer(stream, folder).start(), [str(folder / "*.jsonl")]
 
 
 def status_line(result, elapsed_s: float) -> str:

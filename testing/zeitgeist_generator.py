@@ -46,7 +46,14 @@ from testing.zeitgeist_spec import (
     MINUTE_MS,
     StreamSpec,
 )
-from testing.zeitgeist_stream import DIP, SPIKE, Episode, GeneratedStream, load_episodes
+from testing.zeitgeist_stream import (
+    DIP,
+    SPIKE,
+    Episode,
+    GeneratedStream,
+    load_episodes,
+    write_episodes,
+)
 from testing.zeitgeist_traffic import expected_baseline, inject_episodes
 
 __all__ = [
@@ -61,6 +68,7 @@ __all__ = [
     "StreamSpec",
     "generate",
     "load_episodes",
+    "write_episodes",
 ]
 
 

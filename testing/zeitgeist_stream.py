@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -130,14 +130,15 @@ class GeneratedStream:
             }
         )
 
-    def write_jsonl(self, path: str | Path) -> None:
+    def write_jsonl(self, path: str | Path, part: slice = slice(None)) -> None:
+        """The records of `part` (all by default) as JSON Lines."""
         # Names are JSON-escaped once per query rather than once per line.
         quoted = [json.dumps(name) for name in self.query_names]
         with open(path, "w", encoding="utf-8") as out:
             out.writelines(
                 f'{{"query": {q}, "event_time": {t}, '
                 f'"record_id": "{rid}", "count": {n}}}\n'
-                for q, t, rid, n in self._rows(quoted)
+                for q, t, rid, n in self._rows(quoted, part)
             )
 
     def write_csv(self, path: str | Path) -> None:
@@ -148,19 +149,26 @@ class GeneratedStream:
         pq.write_table(self.to_arrow(), str(path), row_group_size=row_group_rows)
 
     def write_episodes(self, path: str | Path) -> None:
-        """Episodes as a JSON list of objects with the `Episode` fields."""
-        payload = [dataclasses.asdict(episode) for episode in self.episodes]
-        Path(path).write_text(json.dumps(payload, indent=1), encoding="utf-8")
+        write_episodes(self.episodes, path)
 
-    def _rows(self, names: Sequence[str]) -> Iterator[tuple[str, int, str, int]]:
-        """(names[query index], event_time, record_id, count) per record."""
+    def _rows(
+        self, names: Sequence[str], part: slice = slice(None)
+    ) -> Iterator[tuple[str, int, str, int]]:
+        """(names[query index], event_time, record_id, count) per record of
+        `part` (all by default)."""
         return zip(
-            [names[q] for q in self.query_index.tolist()],
-            self.event_time_ms.tolist(),
-            self.record_ids(),
-            self.count.tolist(),
+            [names[q] for q in self.query_index[part].tolist()],
+            self.event_time_ms[part].tolist(),
+            [f"{self.seed}-{i}" for i in self.record_index[part].tolist()],
+            self.count[part].tolist(),
             strict=True,
         )
+
+
+def write_episodes(episodes: Iterable[Episode], path: str | Path) -> None:
+    """Episodes as a JSON list of objects with the `Episode` fields."""
+    payload = [dataclasses.asdict(episode) for episode in episodes]
+    Path(path).write_text(json.dumps(payload, indent=1), encoding="utf-8")
 
 
 def load_episodes(path: str | Path) -> list[Episode]:

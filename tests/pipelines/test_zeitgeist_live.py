@@ -272,3 +272,36 @@ def test_sigterm_stops_cleanly_and_a_restart_counts_no_window_twice(tmp_path):
     assert {(q, s): n for q, s, n in counts}.items() <= batch_counts.items()
     last = max(start for _, start in windows)
     assert {w for w in batch_counts if w[1] < last} <= set(windows)
+
+
+def test_the_live_generator_plays_searches_until_stopped(tmp_path):
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    output = tmp_path / "live"
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.zeitgeist",
+            "--streaming",
+            *("--output", str(output)),
+            *("--window_seconds", "2", "--rate", "300", "--num_queries", "10"),
+            "--write_window_counts",
+            "--runner=SparkRunner",
+            "--spark_master_url=local[2]",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    # Window counts of searches stamped with the wall clock, while it runs.
+    _wait_for_more_counts(output, 0, timeout_s=180)
+    job.send_signal(signal.SIGINT)
+    stdout, stderr = job.communicate(timeout=120)
+    assert job.returncode == 0, stderr[-4000:]
+    counts = _window_counts(output)
+    assert counts, stderr[-4000:]
+    assert all(abs(start / 1000 - time.time()) < 600 for _, start, _ in counts)
+    assert "Zeitgeist summary" in stdout and "precision" in stdout
+    played = list((output / "generated" / "live").glob("live-*.jsonl"))
+    assert played and (output / "generated" / "episodes.json").exists()

@@ -1,0 +1,216 @@
+"""Live Zeitgeist: window end to window count and to alert, against Spark
+Structured Streaming's windowed count in the same run.
+
+    python benchmarks/zeitgeist_latency.py                  # 2k searches/s
+    python benchmarks/zeitgeist_latency.py --rate 20000
+    python benchmarks/zeitgeist_latency.py --seconds 600    # memory over 10 min
+
+The live generator (`testing.zeitgeist_live`) plays a stream of `--rate`
+searches a second over `--queries` queries, event time = now, with injected
+spikes and dips, into a directory as a file every 0.25 s. Zeitgeist follows
+that directory (`FollowSearchQueries`, 1 s of disorder allowed, polled every
+0.2 s) on SparkRunner in streaming, `local[2]`, with 10 s windows, and writes
+window counts and anomalies as parts (`WriteJsonLineParts`). A watcher notes
+when each line first appears on disk.
+
+- window count latency: its appearance minus its window's end;
+- alert latency: an `OPENED` anomaly's appearance minus its window's end;
+- the peer: Structured Streaming counting the same rate and keys in 10 s
+  windows (`withWatermark(0)`, append, `foreachBatch`), as in
+  `streaming_latency.py`. It has no disorder bound to wait for and no model.
+
+Windows ending in the first `--warmup` seconds are left out. The lag growth
+is the median latency of the run's last third over its first third; the
+driver's and workers' memory is sampled by `process_memory`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from process_memory import tree_rss
+from streaming_latency import Delivery, _read, run_peer, summarize
+
+from pipelines import config as config_loader
+from pipelines.zeitgeist import DEFAULT_CONFIG, build, zeitgeist_transform
+from runners.spark import SparkRunner
+from runners.spark.options import SparkOptions
+from runners.spark.session import get_or_create_session
+from testing.zeitgeist_live import LivePlayer, live_stream
+from transforms.records.follow import FollowSearchQueries, FollowSettings
+from transforms.records.json_parts import WriteJsonLineParts
+from transforms.zeitgeist.composite import ANOMALIES, WINDOW_COUNTS
+
+WINDOW_SECONDS = 10
+
+
+class OutputWatcher:
+    """Notes when each line of the parts under `output` first appears."""
+
+    def __init__(self, output: Path) -> None:
+        self._output = output
+        self._seen: set[Path] = set()
+        self.deliveries: dict[str, list[Delivery]] = {WINDOW_COUNTS: [], ANOMALIES: []}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> OutputWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._scan()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            self._scan()
+
+    def _scan(self) -> None:
+        now = time.time()
+        for name, deliveries in self.deliveries.items():
+            for path in self._output.glob(f"{name}-*.jsonl"):
+                if path in self._seen:
+                    continue
+                self._seen.add(path)
+                for line in path.read_text().splitlines():
+                    record = json.loads(line)
+                    if name == ANOMALIES and record.get("status") != "OPENED":
+                        continue
+                    end_s = record["window_end"] / 1000
+                    deliveries.append(Delivery(end_s, record.get("count", 1), now))
+
+
+def run_zeitgeist(args, work: Path, memory: list[int]) -> dict[str, list]:
+    """Plays the live stream, runs Zeitgeist on it; returns what the watcher
+    saw and appends the process tree's RSS every 5 s to `memory`."""
+    config = config_loader.read(DEFAULT_CONFIG)
+    config["window"]["size_seconds"] = WINDOW_SECONDS
+    stream = live_stream(
+        rate=args.rate,
+        window_ms=WINDOW_SECONDS * 1000,
+        minutes=(args.warmup + args.seconds) / 60 + 1,
+        num_queries=args.queries,
+        seed=args.seed,
+        warmup_windows=14,
+    )
+    inbox, output = work / "inbox", work / "zeitgeist"
+    pipeline = beam.Pipeline(
+        runner=SparkRunner(),
+        options=PipelineOptions(
+            [
+                "--streaming",
+                f"--checkpoint_dir={work / 'checkpoint'}",
+                f"--streaming_batch_interval_seconds={args.batch_interval}",
+            ]
+        ),
+    )
+    follow = FollowSettings(poll_seconds=0.2, max_disorder_seconds=1.0)
+    build(
+        pipeline,
+        [str(inbox / "*.jsonl")],
+        None,
+        zeitgeist_transform(config),
+        output,
+        [WINDOW_COUNTS],
+        read=lambda pattern, fmt: FollowSearchQueries(pattern, fmt, follow),
+        write=WriteJsonLineParts,
+    )
+    player = LivePlayer(stream, inbox).start()
+    with OutputWatcher(output) as watcher:
+        result = pipeline.run()
+        deadline = time.time() + args.warmup + args.seconds
+        while time.time() < deadline:
+            time.sleep(5)
+            memory.append(tree_rss(os.getpid()))
+        result.cancel()
+    player.stop()
+    print(
+        f"zeitgeist: {player.played:,} searches played, "
+        f"{len(stream.episodes)} episodes in the stream"
+    )
+    return watcher.deliveries
+
+
+def _print_row(name: str, row: dict, peer: dict | None) -> None:
+    if not row["windows"]:
+        print(f"{name:<24} nothing delivered")
+        return
+    ratio = row["p50"] / peer["p50"] if peer and peer.get("windows") else float("nan")
+    print(
+        f"{name:<24} {row['windows']:>8,} {row['p50']:>7.2f} {row['p95']:>7.2f} "
+        f"{row['lag_growth']:>7.2f} {ratio:>9.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=int, default=2000, help="searches per second")
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=240, help="measured time")
+    parser.add_argument("--warmup", type=float, default=30, help="excluded start")
+    parser.add_argument("--peer_seconds", type=float, default=60)
+    parser.add_argument("--batch_interval", type=float, default=0.2)
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    spark = get_or_create_session(
+        SparkOptions(
+            [
+                "--spark_master_url=local[2]",
+                "--spark_conf=spark.sql.shuffle.partitions=2",
+            ]
+        )
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    work = Path(tempfile.mkdtemp(prefix="zeitgeist-latency-"))
+
+    peer_args = argparse.Namespace(
+        rate=args.rate, keys=args.queries, seconds=args.peer_seconds, warmup=args.warmup
+    )
+    t0 = time.time()
+    run_peer(spark, peer_args, work / "peer.csv", window_seconds=WINDOW_SECONDS)
+    peer = summarize("peer", _read(work / "peer.csv"), peer_args, t0)
+
+    memory: list[int] = []
+    t0 = time.time()
+    deliveries = run_zeitgeist(args, work, memory)
+    counts = summarize("counts", deliveries[WINDOW_COUNTS], args, t0)
+    alerts = summarize("alerts", deliveries[ANOMALIES], args, t0)
+
+    print(
+        f"rate {args.rate:,} searches/s, {args.queries} queries, "
+        f"{WINDOW_SECONDS} s windows, {args.seconds:.0f} s measured after "
+        f"{args.warmup:.0f} s (peer {args.peer_seconds:.0f} s), local[2]"
+    )
+    print(
+        f"{'latency after window end':<24} {'windows':>8} {'p50 s':>7} "
+        f"{'p95 s':>7} {'lag x':>7} {'p50/peer':>9}"
+    )
+    _print_row("peer: window count", peer, peer)
+    _print_row("zeitgeist: window count", counts, peer)
+    _print_row("zeitgeist: alert", alerts, peer)
+    if counts.get("windows"):
+        print(f"zeitgeist searches counted per window: {counts['rate']:,.0f}")
+    if len(memory) >= 6:
+        third = len(memory) // 3
+        first = sorted(memory[:third])[third // 2] / 2**20
+        last = sorted(memory[-third:])[third // 2] / 2**20
+        print(
+            f"driver + JVM + workers RSS, median of first and last third: "
+            f"{first:,.0f} MiB, {last:,.0f} MiB ({last / first:.2f}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
