@@ -41,13 +41,12 @@ from process_memory import tree_rss
 from streaming_latency import Delivery, _read, run_peer, summarize
 
 from pipelines import config as config_loader
-from pipelines.zeitgeist import DEFAULT_CONFIG, build, zeitgeist_transform
+from pipelines.zeitgeist import DEFAULT_CONFIG, build, write_parts, zeitgeist_transform
 from runners.spark import SparkRunner
 from runners.spark.options import SparkOptions
 from runners.spark.session import get_or_create_session
 from testing.zeitgeist_live import LivePlayer, live_stream
 from transforms.records.follow import FollowSearchQueries, FollowSettings
-from transforms.records.json_parts import WriteJsonLineParts
 from transforms.zeitgeist.composite import ANOMALIES, WINDOW_COUNTS
 
 WINDOW_SECONDS = 10
@@ -124,7 +123,7 @@ def run_zeitgeist(args, work: Path, memory: list[int]) -> dict[str, list]:
         output,
         [WINDOW_COUNTS],
         read=lambda pattern, fmt: FollowSearchQueries(pattern, fmt, follow),
-        write=WriteJsonLineParts,
+        write=write_parts(0.0),
     )
     player = LivePlayer(stream, inbox).start()
     with OutputWatcher(output) as watcher:

@@ -251,7 +251,25 @@ def generate_input(config: config_loader.Config, output: pathlib.Path) -> pathli
 
 
 ReadInput = Callable[[str, str | None], beam.PTransform]
-WriteOutput = Callable[[str], beam.PTransform]
+# Writes each PCollection under its path prefix.
+WriteOutputs = Callable[[dict[str, beam.PCollection]], None]
+
+
+def write_at_end(outputs: dict[str, beam.PCollection]) -> None:
+    """Batch: each output in files written when its input ends."""
+    for prefix, pcoll in outputs.items():
+        name = pathlib.Path(prefix).name
+        pcoll | f"Write_{name}" >> WriteJsonLines(prefix)
+
+
+def write_parts(flush_seconds: float) -> WriteOutputs:
+    """Streaming: every output as parts written while the job runs, through
+    one keyed stage."""
+
+    def write(outputs: dict[str, beam.PCollection]) -> None:
+        outputs | "WriteOutputs" >> WriteJsonLineParts(flush_seconds=flush_seconds)
+
+    return write
 
 
 def build(
@@ -262,13 +280,14 @@ def build(
     output: pathlib.Path,
     extra_outputs: Sequence[str],
     read: ReadInput = ReadSearchQueries,
-    write: WriteOutput = WriteJsonLines,
+    write: WriteOutputs = write_at_end,
 ) -> None:
     """Wire sources, the Zeitgeist transform and the sinks into `pipeline`.
 
     `read(pattern, format)` reads one `--input` into `RECORDS` and
-    `DEAD_LETTERS` (files as they are, or followed); `write(prefix)` writes
-    one output (at the end, or in parts while the job runs).
+    `DEAD_LETTERS` (files as they are, or followed); `write` writes the
+    outputs, each under its path prefix (at the end, or in parts while the
+    job runs).
     """
     records, dead = [], []
     for i, pattern in enumerate(inputs):
@@ -287,8 +306,7 @@ def build(
     }
     for name in extra_outputs:
         sinks[name] = outputs[name]
-    for name, pcoll in sinks.items():
-        pcoll | f"Write_{name}" >> write(str(output / name))
+    write({str(output / name): pcoll for name, pcoll in sinks.items()})
 
 
 def follow_settings(config: config_loader.Config) -> FollowSettings:
@@ -407,13 +425,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         def read(pattern: str, fmt: str | None) -> beam.PTransform:
             return FollowSearchQueries(pattern, fmt, follow)
 
-    write: WriteOutput = WriteJsonLines
-    if streaming:
-        flush_seconds = config["live"]["flush_seconds"]
-
-        def write(prefix: str) -> beam.PTransform:
-            return WriteJsonLineParts(prefix, flush_seconds=flush_seconds)
-
+    write = write_parts(config["live"]["flush_seconds"]) if streaming else write_at_end
     with cli.usage_errors():  # e.g. an --input whose format has no name
         build(
             pipeline, inputs, args.input_format, transform, output, extra, read, write

@@ -18,12 +18,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from pipelines import config as config_loader
-from pipelines.zeitgeist import DEFAULT_CONFIG, build, zeitgeist_transform
+from pipelines.zeitgeist import DEFAULT_CONFIG, build, write_parts, zeitgeist_transform
 from runners.spark import SparkRunner
 from testing.zeitgeist_files import cut, drop_file
 from testing.zeitgeist_generator import DAY_MS, HOUR_MS, StreamSpec, generate
 from transforms.records.follow import FollowSearchQueries, FollowSettings
-from transforms.records.json_parts import WriteJsonLineParts
 from transforms.records.zeitgeist_pb2 import SearchQuery
 from transforms.zeitgeist.composite import ANOMALIES, WINDOW_COUNTS
 
@@ -99,7 +98,7 @@ def _live_pipeline(tmp_path, inbox, output):
         output,
         [WINDOW_COUNTS],
         read=lambda pattern, fmt: FollowSearchQueries(pattern, fmt, follow),
-        write=WriteJsonLineParts,
+        write=write_parts(0.0),
     )
     return pipeline
 

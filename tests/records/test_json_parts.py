@@ -102,3 +102,22 @@ def test_a_streaming_job_writes_a_part_per_flush_while_it_runs(tmp_path, spark_s
     assert [p.name for p in sorted(out.glob("searches*"))] == [
         f"searches-000-{n:06d}.jsonl" for n in range(3)
     ]
+
+
+def test_several_outputs_share_one_writer_stage_each_under_its_prefix(tmp_path):
+    with beam.Pipeline() as pipeline:
+        first = pipeline | "First" >> beam.Create(_queries(["a1", "a2"]))
+        second = pipeline | "Second" >> beam.Create(_queries(["b1"]))
+        _ = {
+            str(tmp_path / "first"): first,
+            str(tmp_path / "second"): second,
+        } | WriteJsonLineParts()
+    assert sorted(r["query"] for r in _written(tmp_path, "first")) == ["a1", "a2"]
+    assert [r["query"] for r in _written(tmp_path, "second")] == ["b1"]
+
+
+def test_one_pcollection_needs_a_prefix():
+    pipeline = beam.Pipeline()
+    queries = pipeline | beam.Create(_queries(["a"]))
+    with pytest.raises(ValueError, match="needs path_prefix"):
+        _ = queries | WriteJsonLineParts()

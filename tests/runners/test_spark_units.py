@@ -294,15 +294,14 @@ def test_a_pipeline_optimised_again_in_the_same_process_keeps_its_stage_names():
 _PRINT_ZEITGEIST_STAGE_NAMES = """
 import apache_beam as beam
 from pipelines import config
-from pipelines.zeitgeist import DEFAULT_CONFIG, build, zeitgeist_transform
+from pipelines.zeitgeist import DEFAULT_CONFIG, build, write_parts, zeitgeist_transform
 from runners.spark.runner import optimize
 from transforms.records.follow import FollowSearchQueries
-from transforms.records.json_parts import WriteJsonLineParts
 
 pipeline = beam.Pipeline()
 transform = zeitgeist_transform(config.read(DEFAULT_CONFIG))
 build(pipeline, ["in/*.jsonl"], None, transform, __import__("pathlib").Path("out"),
-      ["window_counts", "scores"], read=FollowSearchQueries, write=WriteJsonLineParts)
+      ["window_counts", "scores"], read=FollowSearchQueries, write=write_parts(0.0))
 plan = optimize(pipeline.to_runner_api(), streaming=True)
 transforms = plan.components.transforms
 print(sorted(transforms[t].unique_name for t in plan.root_transform_ids))

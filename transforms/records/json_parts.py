@@ -54,7 +54,7 @@ def _write_atomically(path: str, lines: Iterable[str]) -> None:
 
 
 class _PartWriter(beam.DoFn):
-    """Per shard (the key). State:
+    """Per (path prefix, shard), the key. State:
 
     - `buffer`: lines not yet written; cleared by each flush.
     - `next_part`: the number the next flush writes; kept for the job's life.
@@ -72,13 +72,12 @@ class _PartWriter(beam.DoFn):
     FLUSH = TimerSpec("flush", TimeDomain.REAL_TIME)
     END = TimerSpec("end", TimeDomain.WATERMARK)
 
-    def __init__(self, path_prefix: str, flush_seconds: float) -> None:
-        self._prefix = path_prefix
+    def __init__(self, flush_seconds: float) -> None:
         self._delay = Duration.of(flush_seconds)
 
     def process(
         self,
-        element: tuple[int, str],
+        element: tuple[tuple[str, int], str],
         buffer=beam.DoFn.StateParam(BUFFER),
         pending=beam.DoFn.StateParam(PENDING),
         flush=beam.DoFn.TimerParam(FLUSH),
@@ -113,13 +112,13 @@ class _PartWriter(beam.DoFn):
     ) -> Iterator[str]:
         yield from self._write(key, buffer, next_part, pending)
 
-    def _write(self, shard, buffer, next_part, pending) -> Iterator[str]:
+    def _write(self, key, buffer, next_part, pending) -> Iterator[str]:
         lines = list(buffer.read())
         pending.clear()
         if not lines:
             return
         part = next_part.read() or 0
-        path = part_path(self._prefix, shard, part)
+        path = part_path(*key, part)
         _write_atomically(path, lines)
         buffer.clear()
         next_part.write(part + 1)
@@ -129,16 +128,23 @@ class _PartWriter(beam.DoFn):
 class WriteJsonLineParts(beam.PTransform):
     """Write messages as JSON Lines parts while an unbounded job runs.
 
-    `shards` stateful writers share the lines (by a hash of the line); each
-    writes `<path_prefix>-SSS-PPPPPP.jsonl` parts `flush_seconds` after its
-    first buffered line (see the module docstring for why this is exactly
-    once). Returns the PCollection of written part paths. The files are
-    what `WriteJsonLines` writes in batch, so readers of `<prefix>*.jsonl`
-    read either.
+    Apply it to one PCollection, with `path_prefix`, or to a dict of
+    PCollections keyed by their path prefixes: all of them then go through
+    one keyed stage, so a streaming job pays one shuffle a batch for all its
+    outputs instead of one each. Per prefix, `shards` stateful writers share
+    the lines (by a hash of the line); each writes
+    `<path_prefix>-SSS-PPPPPP.jsonl` parts `flush_seconds` after its first
+    buffered line (see the module docstring for why this is exactly once).
+    Returns the PCollection of written part paths. The lines are what
+    `WriteJsonLines` writes in batch, so readers of `<prefix>*.jsonl` read
+    either.
     """
 
     def __init__(
-        self, path_prefix: str, shards: int = 1, flush_seconds: float = 0.0
+        self,
+        path_prefix: str | None = None,
+        shards: int = 1,
+        flush_seconds: float = 0.0,
     ) -> None:
         super().__init__()
         if shards < 1:
@@ -149,17 +155,32 @@ class WriteJsonLineParts(beam.PTransform):
         self._shards = shards
         self._flush_seconds = flush_seconds
 
-    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        shards = self._shards
-
-        def keyed(message) -> tuple[int, str]:
-            line = json_line(message)
-            return zlib.crc32(line.encode("utf-8")) % shards, line
-
-        return (
+    def expand(
+        self, outputs: beam.PCollection | dict[str, beam.PCollection]
+    ) -> beam.PCollection:
+        if not isinstance(outputs, dict):
+            if self._prefix is None:
+                raise ValueError(
+                    "WriteJsonLineParts of one PCollection needs path_prefix"
+                )
+            outputs = {self._prefix: outputs}
+        lines = [
             pcoll
+            | f"ToJson{i}"
+            >> beam.Map(_keyed_line, prefix, self._shards).with_output_types(
+                tuple[tuple[str, int], str]
+            )
+            for i, (prefix, pcoll) in enumerate(outputs.items())
+        ]
+        return (
+            lines
+            | "Merge" >> beam.Flatten()
             # State lives for the job, not for the windows the messages had.
             | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
-            | "ToJson" >> beam.Map(keyed).with_output_types(tuple[int, str])
-            | "WriteParts" >> beam.ParDo(_PartWriter(self._prefix, self._flush_seconds))
+            | "WriteParts" >> beam.ParDo(_PartWriter(self._flush_seconds))
         )
+
+
+def _keyed_line(message, prefix: str, shards: int) -> tuple[tuple[str, int], str]:
+    line = json_line(message)
+    return (prefix, zlib.crc32(line.encode("utf-8")) % shards), line
