@@ -67,18 +67,23 @@ def _wait_for_more_counts(output, than: int, timeout_s: float = 120) -> None:
     _wait_for(lambda: len(_window_counts(output)) > than, timeout_s)
 
 
-def _batch_run(source: str, output: pathlib.Path) -> dict[str, list[str]]:
+def _batch_run(files, tmp_path) -> dict[str, list[str]]:
+    """The batch run's outputs over `files`, all present from the start."""
+    everything = tmp_path / "all"
+    everything.mkdir()
+    for i, records in enumerate(files):
+        drop_file(everything, f"part{i}.jsonl", records)
     config = config_loader.read(DEFAULT_CONFIG)
     with beam.Pipeline() as pipeline:
         build(
             pipeline,
-            [source],
+            [str(everything / "*.jsonl")],
             None,
             zeitgeist_transform(config),
-            output,
+            tmp_path / "batch",
             [WINDOW_COUNTS],
         )
-    return _outputs(output)
+    return _outputs(tmp_path / "batch")
 
 
 def _live_pipeline(tmp_path, inbox, output):
@@ -130,11 +135,7 @@ def test_files_in_waves_give_the_batch_runs_anomalies_and_window_counts(
 ):
     stream = _stream()
     files = cut(stream.events, 4)
-    everything = tmp_path / "all"
-    everything.mkdir()
-    for i, records in enumerate(files):
-        drop_file(everything, f"part{i}.jsonl", records)
-    batch = _batch_run(str(everything / "*.jsonl"), tmp_path / "batch")
+    batch = _batch_run(files, tmp_path)
     assert batch[ANOMALIES], "the stream has injected episodes"
 
     inbox = tmp_path / "inbox"
@@ -233,11 +234,7 @@ def _window_counts(output) -> list[tuple[str, int, int]]:
 def test_sigterm_stops_cleanly_and_a_restart_counts_no_window_twice(tmp_path):
     stream = _stream()
     files = cut(stream.events, 4)
-    everything = tmp_path / "all"
-    everything.mkdir()
-    for i, records in enumerate(files):
-        drop_file(everything, f"part{i}.jsonl", records)
-    batch = _batch_run(str(everything / "*.jsonl"), tmp_path / "batch")
+    batch = _batch_run(files, tmp_path)
     batch_counts = {
         (c["query"], c["window_start"]): c["count"]
         for c in map(json.loads, batch[WINDOW_COUNTS])

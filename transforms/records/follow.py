@@ -52,20 +52,17 @@ from google.protobuf.message import Message
 
 from transforms.millwheel.event_time import to_millis, to_timestamp
 from transforms.records.dead_letters import Parser, counter
-from transforms.records.parse import (
-    parse_click_event,
-    parse_query_event,
-    parse_search_query,
-)
-from transforms.records.photon_pb2 import ClickEvent, QueryEvent
 from transforms.records.readers import (
     DEFAULT_MAX_LINE_BYTES,
     FORMATS,
+    ReadClickEvents,
+    ReadQueryEvents,
+    ReadRecords,
+    ReadSearchQueries,
     infer_format,
     read_file,
     split_outputs,
 )
-from transforms.records.zeitgeist_pb2 import SearchQuery
 
 __all__ = [
     "FileListing",
@@ -340,10 +337,10 @@ class FollowRecords(beam.PTransform):
 
 
 class _FollowOneType(FollowRecords):
-    """`FollowRecords` with the parser and message type fixed by a subclass."""
+    """`FollowRecords` of the message type a typed reader reads, parsed by
+    that reader's parser: the pairing has one home, the reader."""
 
-    _PARSER: ClassVar[Parser]
-    _RECORD_TYPE: ClassVar[type[Message]]
+    _READER: ClassVar[type[ReadRecords]]
 
     def __init__(
         self,
@@ -354,8 +351,8 @@ class _FollowOneType(FollowRecords):
     ) -> None:
         super().__init__(
             file_pattern,
-            self._PARSER,
-            self._RECORD_TYPE,
+            self._READER._PARSER,
+            self._READER._RECORD_TYPE,
             format,
             settings,
             max_line_bytes,
@@ -363,21 +360,18 @@ class _FollowOneType(FollowRecords):
 
 
 class FollowSearchQueries(_FollowOneType):
-    """`FollowRecords` of Zeitgeist `SearchQuery` with `parse_search_query`."""
+    """`FollowRecords` of Zeitgeist `SearchQuery`, as `ReadSearchQueries`."""
 
-    _PARSER = staticmethod(parse_search_query)
-    _RECORD_TYPE = SearchQuery
+    _READER = ReadSearchQueries
 
 
 class FollowQueryEvents(_FollowOneType):
-    """`FollowRecords` of Photon `QueryEvent` with `parse_query_event`."""
+    """`FollowRecords` of Photon `QueryEvent`, as `ReadQueryEvents`."""
 
-    _PARSER = staticmethod(parse_query_event)
-    _RECORD_TYPE = QueryEvent
+    _READER = ReadQueryEvents
 
 
 class FollowClickEvents(_FollowOneType):
-    """`FollowRecords` of Photon `ClickEvent` with `parse_click_event`."""
+    """`FollowRecords` of Photon `ClickEvent`, as `ReadClickEvents`."""
 
-    _PARSER = staticmethod(parse_click_event)
-    _RECORD_TYPE = ClickEvent
+    _READER = ReadClickEvents
