@@ -33,7 +33,6 @@ already running, via `$BIGTABLE_EMULATOR_HOST`): an emulator started for
 the run alone would forget the models when the run ends.
 """
 
-import argparse
 import dataclasses
 import logging
 import pathlib
@@ -44,14 +43,15 @@ from collections.abc import Callable, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import cli, live
+from pipelines import cli, live, zeitgeist_live
 from pipelines import config as config_loader
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import counter_totals, format_table
+from pipelines.zeitgeist_flags import load_config, parse_args
 from transforms.millwheel.event_time import WithEventTimestamps
 from transforms.millwheel.lateness import LateDataPolicy
-from transforms.records.follow import FollowSearchQueries, FollowSettings
+from transforms.records.follow import FollowSearchQueries
 from transforms.records.json_parts import WriteJsonLineParts
 from transforms.records.readers import (
     DEAD_LETTERS,
@@ -76,112 +76,7 @@ from transforms.zeitgeist.params import (
 from transforms.zeitgeist.query_keys import normalizer
 
 _log = logging.getLogger("pipelines.zeitgeist")
-DEFAULT_CONFIG = config_loader.CONFIG_DIR / "zeitgeist.yaml"
 METRIC_NAMESPACES = ("millwheel.records", "millwheel.dedup", "millwheel.zeitgeist")
-
-
-def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = cli.Parser(
-        prog="python -m pipelines.zeitgeist",
-        description=__doc__.split("\n\n")[0],
-    )
-    parser.add_argument(
-        "--input",
-        action="append",
-        default=[],
-        help="file or glob of searches (.jsonl/.json/.ndjson, .csv, .parquet, "
-        "optionally .gz); repeatable. Omit to generate a synthetic stream.",
-    )
-    parser.add_argument(
-        "--input_format",
-        choices=("jsonl", "csv", "parquet"),
-        help="format of --input when the extension does not tell",
-    )
-    parser.add_argument(
-        "--follow",
-        action="store_true",
-        help="run live on files that keep arriving in --input's directory, "
-        "until stopped (implies --streaming)",
-    )
-    parser.add_argument("--output", required=True, help="output directory")
-    config_loader.add_config_arguments(parser, DEFAULT_CONFIG)
-    parser.add_argument("--window_seconds", type=int, help="window.size_seconds")
-    parser.add_argument("--late_policy", choices=("drop", "correct"))
-    parser.add_argument("--allowed_lateness_seconds", type=int)
-    parser.add_argument("--threshold", type=float, help="detector.threshold")
-    parser.add_argument("--seasonality", choices=("auto", "none", "daily", "weekly"))
-    parser.add_argument("--seed", type=int, help="generator.seed")
-    parser.add_argument("--num_queries", type=int, help="generator.num_queries")
-    parser.add_argument("--days", type=float, help="generator.days")
-    parser.add_argument(
-        "--rate", type=float, help="generator.rate (searches/s, --streaming)"
-    )
-    parser.add_argument(
-        "--live_minutes", type=float, help="generator.live_minutes (--streaming)"
-    )
-    parser.add_argument(
-        "--model_store",
-        choices=("none", "bigtable"),
-        help="model_store.kind: where models outlive the run",
-    )
-    parser.add_argument("--bigtable_project", help="model_store.project")
-    parser.add_argument("--bigtable_instance", help="model_store.instance")
-    parser.add_argument("--poll_seconds", type=float, help="live.poll_seconds")
-    parser.add_argument(
-        "--max_disorder_seconds", type=float, help="live.max_disorder_seconds"
-    )
-    parser.add_argument(
-        "--idle_timeout_seconds", type=float, help="live.idle_timeout_seconds"
-    )
-    parser.add_argument(
-        "--status_seconds", type=float, help="live.status_seconds (0: no status)"
-    )
-    parser.add_argument("--write_window_counts", action="store_true")
-    parser.add_argument("--write_scores", action="store_true")
-    parser.add_argument(
-        "--report",
-        action="store_true",
-        help="write OUTPUT/report.html with the strongest episodes and their plots",
-    )
-    return parser.parse_known_args(argv)
-
-
-_FLAG_KEYS = {
-    "window_seconds": "window.size_seconds",
-    "late_policy": "window.late_policy",
-    "allowed_lateness_seconds": "window.allowed_lateness_seconds",
-    "threshold": "detector.threshold",
-    "seasonality": "model.seasonality",
-    "seed": "generator.seed",
-    "num_queries": "generator.num_queries",
-    "days": "generator.days",
-    "rate": "generator.rate",
-    "live_minutes": "generator.live_minutes",
-    "model_store": "model_store.kind",
-    "bigtable_project": "model_store.project",
-    "bigtable_instance": "model_store.instance",
-    "poll_seconds": "live.poll_seconds",
-    "max_disorder_seconds": "live.max_disorder_seconds",
-    "idle_timeout_seconds": "live.idle_timeout_seconds",
-    "status_seconds": "live.status_seconds",
-}
-_FLOAT_KEYS = (
-    "generator.days",
-    "generator.rate",
-    "generator.live_minutes",
-    "live.poll_seconds",
-    "live.max_disorder_seconds",
-    "live.idle_timeout_seconds",
-    "live.status_seconds",
-    "live.flush_seconds",
-)
-
-
-def load_config(args: argparse.Namespace) -> config_loader.Config:
-    """configs/zeitgeist.yaml, then --config, then --set, then named flags."""
-    return config_loader.from_command_line(
-        DEFAULT_CONFIG, args, _FLAG_KEYS, dict.fromkeys(_FLOAT_KEYS, float)
-    )
 
 
 def zeitgeist_transform(config: config_loader.Config) -> Zeitgeist:
@@ -309,16 +204,6 @@ def build(
     write({str(output / name): pcoll for name, pcoll in sinks.items()})
 
 
-def follow_settings(config: config_loader.Config) -> FollowSettings:
-    """How `--follow` polls its input and estimates its watermark."""
-    follow = config["live"]
-    return FollowSettings(
-        poll_seconds=follow["poll_seconds"],
-        max_disorder_seconds=follow["max_disorder_seconds"],
-        idle_timeout_seconds=follow["idle_timeout_seconds"],
-    )
-
-
 def summary(result, elapsed_s: float, output: pathlib.Path) -> str:
     totals = counter_totals(result, METRIC_NAMESPACES)
 
@@ -391,7 +276,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         beam_args = [*beam_args, "--streaming"]
     with cli.usage_errors():
         transform = zeitgeist_transform(config)
-        follow = follow_settings(config)
+        follow = zeitgeist_live.follow_settings(config)
     runner, beam_args = choose_runner(beam_args)
     options = PipelineOptions(beam_args)
     if following and runner is None:
@@ -401,9 +286,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     player = None
     with cli.usage_errors():  # a generator setting it cannot honour
         if live_generated:
-            player, inputs = start_live_generator(config, output)
+            player, inputs = zeitgeist_live.start_live_generator(config, output)
             follow = dataclasses.replace(
-                follow, max_disorder_seconds=LIVE_DISORDER_SECONDS
+                follow, max_disorder_seconds=zeitgeist_live.LIVE_DISORDER_SECONDS
             )
         elif generated:
             inputs = [str(generate_input(config, output))]
@@ -440,7 +325,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     if streaming:
         live.run_until_stopped(
             result,
-            lambda: status_line(result, time.monotonic() - started),
+            lambda: zeitgeist_live.status_line(
+                counter_totals(result, METRIC_NAMESPACES),
+                time.monotonic() - started,
+                live.watermark_lag(result),
+            ),
             config["live"]["status_seconds"],
         )
     else:
@@ -461,53 +350,6 @@ def run(argv: Sequence[str] | None = None) -> int:
         path = write_report(output, int(config["window"]["size_seconds"] * 1000))
         print(f"\nreport: {path}")
     return 0
-
-
-# The live generator's records trail each other by at most a second.
-LIVE_DISORDER_SECONDS = 1.0
-
-
-def start_live_generator(config: config_loader.Config, output: pathlib.Path):
-    """Starts playing the configured synthetic stream in real time into
-    OUTPUT/generated/live/; returns the player and the pattern to follow."""
-    from testing.zeitgeist_live import LivePlayer, live_stream
-
-    settings = config["generator"]
-    stream = live_stream(
-        rate=float(settings["rate"]),
-        window_ms=int(config["window"]["size_seconds"] * 1000),
-        minutes=float(settings["live_minutes"]),
-        num_queries=int(settings["num_queries"]),
-        seed=int(settings["seed"]),
-    )
-    folder = output / "generated" / "live"
-    _log.info(
-        "playing %d generated records over %d queries live at about %g/s, "
-        "%d episodes, into %s",
-        len(stream),
-        stream.spec.num_queries,
-        float(settings["rate"]),
-        len(stream.episodes),
-        folder,
-    )
-    return LivePlayer(stream, folder).start(), [str(folder / "*.jsonl")]
-
-
-def status_line(result, elapsed_s: float) -> str:
-    """One line on a running job, from its committed batches' metrics."""
-    totals = counter_totals(result, METRIC_NAMESPACES)
-    records = totals.get("millwheel.records/records_read", 0)
-    opened = totals.get("millwheel.zeitgeist/spikes_detected", 0) + totals.get(
-        "millwheel.zeitgeist/dips_detected", 0
-    )
-    closed = totals.get("millwheel.zeitgeist/episodes_closed", 0)
-    return (
-        f"{records} records read ({records / max(elapsed_s, 1e-9):.0f}/s), "
-        f"{totals.get('millwheel.zeitgeist/windows_emitted', 0)} windows, "
-        f"{opened - closed} open episodes, "
-        f"{totals.get('millwheel.zeitgeist/late_records', 0)} late records"
-        f"{live.watermark_lag(result)}"
-    )
 
 
 if __name__ == "__main__":

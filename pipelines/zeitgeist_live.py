@@ -1,0 +1,74 @@
+"""Zeitgeist's live runs (`docs/streaming.md`): the followed input's
+settings, the live generator, and the status line.
+
+`python -m pipelines.zeitgeist` runs live with `--follow` (files that keep
+arriving in `--input`'s directory) or with `--streaming` and no `--input`
+(a generated stream played in real time into OUTPUT/generated/live/, which
+the job follows like any directory).
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+
+from pipelines import config as config_loader
+from transforms.records.follow import FollowSettings
+
+_log = logging.getLogger("pipelines.zeitgeist")
+
+# The live generator's records trail each other by at most a second.
+LIVE_DISORDER_SECONDS = 1.0
+
+
+def follow_settings(config: config_loader.Config) -> FollowSettings:
+    """How a followed input is polled and its watermark estimated."""
+    live = config["live"]
+    return FollowSettings(
+        poll_seconds=live["poll_seconds"],
+        max_disorder_seconds=live["max_disorder_seconds"],
+        idle_timeout_seconds=live["idle_timeout_seconds"],
+    )
+
+
+def start_live_generator(config: config_loader.Config, output: pathlib.Path):
+    """Starts playing the configured synthetic stream in real time into
+    OUTPUT/generated/live/; returns the player and the pattern to follow."""
+    from testing.zeitgeist_live import LivePlayer, live_stream
+
+    settings = config["generator"]
+    stream = live_stream(
+        rate=float(settings["rate"]),
+        window_ms=int(config["window"]["size_seconds"] * 1000),
+        minutes=float(settings["live_minutes"]),
+        num_queries=int(settings["num_queries"]),
+        seed=int(settings["seed"]),
+    )
+    folder = output / "generated" / "live"
+    _log.info(
+        "playing %d generated records over %d queries live at about %g/s, "
+        "%d episodes, into %s",
+        len(stream),
+        stream.spec.num_queries,
+        float(settings["rate"]),
+        len(stream.episodes),
+        folder,
+    )
+    return LivePlayer(stream, folder).start(), [str(folder / "*.jsonl")]
+
+
+def status_line(totals: dict[str, int], elapsed_s: float, watermark: str) -> str:
+    """One line on a running job, from its committed batches' counters
+    (`totals`, by "namespace/name") and the runner's `watermark` text."""
+    records = totals.get("millwheel.records/records_read", 0)
+    opened = totals.get("millwheel.zeitgeist/spikes_detected", 0) + totals.get(
+        "millwheel.zeitgeist/dips_detected", 0
+    )
+    closed = totals.get("millwheel.zeitgeist/episodes_closed", 0)
+    return (
+        f"{records} records read ({records / max(elapsed_s, 1e-9):.0f}/s), "
+        f"{totals.get('millwheel.zeitgeist/windows_emitted', 0)} windows, "
+        f"{opened - closed} open episodes, "
+        f"{totals.get('millwheel.zeitgeist/late_records', 0)} late records"
+        f"{watermark}"
+    )
