@@ -41,7 +41,8 @@ from process_memory import tree_rss
 from streaming_latency import Delivery, _read, run_peer, summarize
 
 from pipelines import config as config_loader
-from pipelines.zeitgeist import DEFAULT_CONFIG, build, write_parts, zeitgeist_transform
+from pipelines.zeitgeist import build, write_parts, zeitgeist_transform
+from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
 from runners.spark.options import SparkOptions
 from runners.spark.session import get_or_create_session

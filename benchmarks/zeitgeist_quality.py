@@ -30,7 +30,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from pipelines import config as config_loader  # noqa: E402
 from pipelines.outputs import read_output  # noqa: E402
-from pipelines.zeitgeist import DEFAULT_CONFIG, build, zeitgeist_transform  # noqa: E402
+from pipelines.zeitgeist import build, zeitgeist_transform  # noqa: E402
+from pipelines.zeitgeist_flags import DEFAULT_CONFIG  # noqa: E402
 from testing.evaluator import evaluate, false_alarms_per_query_week  # noqa: E402
 from testing.zeitgeist_generator import DAY_MS, StreamSpec, generate  # noqa: E402
 from transforms.records.zeitgeist_pb2 import Anomaly  # noqa: E402

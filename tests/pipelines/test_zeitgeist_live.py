@@ -18,7 +18,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from pipelines import config as config_loader
-from pipelines.zeitgeist import DEFAULT_CONFIG, build, write_parts, zeitgeist_transform
+from pipelines.zeitgeist import build, write_parts, zeitgeist_transform
+from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
 from testing.zeitgeist_files import cut, drop_file
 from testing.zeitgeist_generator import DAY_MS, HOUR_MS, StreamSpec, generate

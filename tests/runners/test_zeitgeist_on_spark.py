@@ -11,7 +11,8 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import config as config_loader
-from pipelines.zeitgeist import DEFAULT_CONFIG, build, zeitgeist_transform
+from pipelines.zeitgeist import build, zeitgeist_transform
+from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
 from testing.spark_cluster import SparkStandaloneCluster
 from testing.zeitgeist_generator import DAY_MS, StreamSpec, generate
