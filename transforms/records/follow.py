@@ -19,10 +19,10 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
 - **Event time from the records.** Each record is stamped with its
   `event_time`. The watermark is MillWheel's injector estimate: the newest
   event time read, less `max_disorder_seconds` (how far a record may arrive
-  behind a newer one and still be on time). Once no record has arrived for
-  `idle_timeout_seconds`, nothing is assumed in flight and the watermark
-  moves up to the newest event time read, so the last windows of a quiet
-  stream close. Replaying old files live thus gives the windows a batch run
+  behind a newer one and still be on time). Once no newer event time has
+  been read for `idle_timeout_seconds`, nothing is assumed in flight and
+  the watermark moves up to the newest event time read, so the last
+  windows of a quiet stream close. Replaying old files live thus gives the windows a batch run
   gives, whatever the clock says.
 - **Drain** (the runner's `drain()`) reads the files present at that moment
   and ends; the watermark then goes to the end of time, as in a batch run.
