@@ -32,8 +32,9 @@ _POLL_MS = 200
 
 
 @contextlib.contextmanager
-def _stop_requests() -> Iterator[threading.Event]:
-    """An event set by the first SIGINT or SIGTERM while in the block."""
+def _stop_requests() -> Iterator[tuple[threading.Event, Callable[[], None]]]:
+    """An event set by the first SIGINT or SIGTERM while in the block, and
+    a function that takes the signals back for it."""
     requested = threading.Event()
 
     def request_stop(signum: int, frame: object) -> None:
@@ -45,9 +46,15 @@ def _stop_requests() -> Iterator[threading.Event]:
         requested.set()
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    previous = {s: signal.signal(s, request_stop) for s in _STOP_SIGNALS}
+    def take_signals() -> None:
+        if not requested.is_set():
+            for s in _STOP_SIGNALS:
+                signal.signal(s, request_stop)
+
+    previous = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
+    take_signals()
     try:
-        yield requested
+        yield requested, take_signals
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -71,23 +78,29 @@ def require_follow_runner(options: PipelineOptions) -> None:
 
 
 def run_until_stopped(
-    result: PipelineResult,
-    status: Callable[[], str],
+    start: Callable[[], PipelineResult],
+    status: Callable[[PipelineResult], str],
     status_seconds: float,
-) -> str:
-    """Waits for `result`'s job to end, or stops it on SIGINT/SIGTERM;
-    logs `status()` every `status_seconds` (0: never). Returns the final
-    state (CANCELLED after a stop)."""
+) -> PipelineResult:
+    """Starts a job with `start` (e.g. `pipeline.run`) and waits for it to
+    end, or stops it on SIGINT/SIGTERM, even one that came while it was
+    starting; logs `status(result)` every `status_seconds` (0: never).
+    Returns the job's result, CANCELLED after a stop."""
     next_status = time.monotonic() + status_seconds
-    with _stop_requests() as stop:
+    with _stop_requests() as (stop, take_signals):
+        result = start()
+        # A SparkContext created by `start` takes SIGINT for itself, to
+        # cancel every Spark job at once: a stop must let the batch commit.
+        take_signals()
         while True:
             state = result.wait_until_finish(duration=_POLL_MS)
             if PipelineState.is_terminal(state):
-                return state
+                return result
             if stop.is_set():
-                return result.cancel()
+                result.cancel()
+                return result
             if status_seconds and time.monotonic() >= next_status:
-                _log.info("%s", status())
+                _log.info("%s", status(result))
                 next_status += status_seconds
 
 

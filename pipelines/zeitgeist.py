@@ -321,11 +321,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         ", live until stopped (Ctrl-C)" if following else "",
     )
     started = time.monotonic()
-    result = pipeline.run()
     if streaming:
-        live.run_until_stopped(
-            result,
-            lambda: zeitgeist_live.status_line(
+        result = live.run_until_stopped(
+            pipeline.run,
+            lambda result: zeitgeist_live.status_line(
                 counter_totals(result, METRIC_NAMESPACES),
                 time.monotonic() - started,
                 live.watermark_lag(result),
@@ -333,6 +332,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             config["live"]["status_seconds"],
         )
     else:
+        result = pipeline.run()
         result.wait_until_finish()
     if player is not None:
         from testing.zeitgeist_generator import write_episodes

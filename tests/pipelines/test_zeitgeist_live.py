@@ -21,6 +21,8 @@ from pipelines import config as config_loader
 from pipelines.zeitgeist import build, write_parts, zeitgeist_transform
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
+from runners.spark.checkpoint import CheckpointDir
+from testing.processes import kill_tree
 from testing.zeitgeist_files import cut, drop_file
 from testing.zeitgeist_generator import DAY_MS, HOUR_MS, StreamSpec, generate
 from transforms.records.follow import FollowSearchQueries, FollowSettings
@@ -202,7 +204,9 @@ def test_a_dip_is_reported_while_the_job_runs(tmp_path, spark_session):
 def _cli(output, inbox, checkpoint) -> subprocess.Popen:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     return subprocess.Popen(
-        [
+        # Its own session: a SIGKILL of its tree leaves the test alone.
+        start_new_session=True,
+        args=[
             sys.executable,
             "-m",
             "pipelines.zeitgeist",
@@ -302,3 +306,36 @@ def test_the_live_generator_plays_searches_until_stopped(tmp_path):
     assert "Zeitgeist summary" in stdout and "precision" in stdout
     played = list((output / "generated" / "live").glob("live-*.jsonl"))
     assert played and (output / "generated" / "episodes.json").exists()
+
+
+def test_a_sigkill_mid_stream_and_a_restart_lose_nothing_and_repeat_nothing(tmp_path):
+    stream = _stream()
+    files = cut(stream.events, 4)
+    batch = _batch_run(files, tmp_path)
+    inbox, output = tmp_path / "inbox", tmp_path / "live"
+    inbox.mkdir()
+    checkpoint = tmp_path / "checkpoint"
+    for i, records in enumerate(files[:2]):
+        drop_file(inbox, f"part{i}.jsonl", records)
+    job = _cli(output, inbox, checkpoint)
+    _wait_for_more_counts(output, 0, timeout_s=180)
+    for i, records in enumerate(files[2:], start=2):
+        drop_file(inbox, f"part{i}.jsonl", records)
+    # Killed as a machine dies, while it reads or counts the second wave.
+    time.sleep(1)
+    kill_tree(job.pid)
+    job.wait(timeout=60)
+
+    killed_at = CheckpointDir(checkpoint).last_commit()[0]
+    job = _cli(output, inbox, checkpoint)
+    # Running again: it has replayed or moved past the batch it died in.
+    _wait_for(lambda: CheckpointDir(checkpoint).last_commit()[0] > killed_at + 1)
+    _wait_until_quiet(output)
+    job.send_signal(signal.SIGTERM)
+    _, stderr = job.communicate(timeout=120)
+    assert job.returncode == 0, stderr[-4000:]
+    live = _outputs(output)
+    closed_through = max(json.loads(c)["window_end"] for c in live[WINDOW_COUNTS])
+    assert closed_through >= stream.spec.start_ms + DAY_MS - 15 * 60_000
+    for name in OUTPUTS:
+        assert live[name] == _up_to(batch[name], closed_through), name

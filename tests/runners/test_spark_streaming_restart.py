@@ -11,16 +11,16 @@ point.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from testing.processes import kill_tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -49,29 +49,6 @@ def _start(work: Path, pause_at: str = "", master: str = "local[2]"):
             start_new_session=True,
             env={**os.environ, "PYSPARK_PYTHON": sys.executable},
         )
-
-
-def _kill_tree(root: int) -> None:
-    """SIGKILL a process and every descendant, as a machine crash would.
-    (PySpark's worker daemon runs in a process group of its own, so killing
-    the job's group alone would leave its workers running.)"""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    doomed = {root}
-    grew = True
-    while grew:
-        found = {pid for pid, parent in parents.items() if parent in doomed}
-        grew = not found <= doomed
-        doomed |= found
-    for pid in doomed:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def _finish(process, work: Path) -> None:
@@ -128,7 +105,7 @@ def test_killed_driver_restarts_with_the_same_outputs(point, tmp_path, uninterru
         assert victim.poll() is None, _logs(tmp_path)
         assert time.monotonic() < deadline, _logs(tmp_path)
         time.sleep(0.1)
-    _kill_tree(victim.pid)
+    kill_tree(victim.pid)
     victim.wait()
     logged = _batches(tmp_path, "offsets")
     committed = _batches(tmp_path, "commits")

@@ -22,8 +22,8 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   behind a newer one and still be on time). Once no newer event time has
   been read for `idle_timeout_seconds`, nothing is assumed in flight and
   the watermark moves up to the newest event time read, so the last
-  windows of a quiet stream close. Replaying old files live thus gives the windows a batch run
-  gives, whatever the clock says.
+  windows of a quiet stream close. Replaying old files live thus gives the
+  windows a batch run gives, whatever the clock says.
 - **Drain** (the runner's `drain()`) reads the files present at that moment
   and ends; the watermark then goes to the end of time, as in a batch run.
 
