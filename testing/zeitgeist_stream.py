@@ -99,9 +99,10 @@ class GeneratedStream:
         lag = self.spec.watermark_lag_ms if lag_ms is None else lag_ms
         return self.arrival_ms - lag
 
-    def record_ids(self) -> list[str]:
-        """Deterministic ids, unique per seed; duplicates repeat the original's."""
-        return [f"{self.seed}-{i}" for i in self.record_index.tolist()]
+    def record_ids(self, part: slice = slice(None)) -> list[str]:
+        """Deterministic ids of the records of `part` (all by default), unique
+        per seed; duplicates repeat the original's."""
+        return [f"{self.seed}-{i}" for i in self.record_index[part].tolist()]
 
     def iter_events(self) -> Iterator[zeitgeist_pb2.SearchQuery]:
         """Build the `SearchQuery` protos lazily, in arrival order."""
@@ -159,7 +160,7 @@ class GeneratedStream:
         return zip(
             [names[q] for q in self.query_index[part].tolist()],
             self.event_time_ms[part].tolist(),
-            [f"{self.seed}-{i}" for i in self.record_index[part].tolist()],
+            self.record_ids(part),
             self.count[part].tolist(),
             strict=True,
         )

@@ -54,13 +54,12 @@ from transforms.millwheel.event_time import to_millis, to_timestamp
 from transforms.records.dead_letters import Parser, counter
 from transforms.records.readers import (
     DEFAULT_MAX_LINE_BYTES,
-    FORMATS,
     ReadClickEvents,
     ReadQueryEvents,
     ReadRecords,
     ReadSearchQueries,
-    infer_format,
     read_file,
+    record_format,
     split_outputs,
 )
 
@@ -315,9 +314,7 @@ class FollowRecords(beam.PTransform):
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         super().__init__()
-        fmt = format or infer_format(file_pattern)
-        if fmt not in FORMATS:
-            raise ValueError(f"unknown record format {fmt!r}; expected {FORMATS}")
+        fmt = record_format(file_pattern, format)
         self._record_type = record_type
         self._follow = _FollowFilesFn(
             file_pattern,

@@ -83,6 +83,7 @@ __all__ = [
     "infer_format",
     "json_line",
     "read_file",
+    "record_format",
     "to_json_dict",
 ]
 
@@ -139,6 +140,15 @@ def read_file(
     counter("blank_lines").inc(reader.blank_lines)
 
 
+def record_format(file_pattern: str, format: str | None) -> str:
+    """`format` if given, else the one `file_pattern`'s extension names;
+    raises ValueError for a format not in `FORMATS`."""
+    fmt = format or infer_format(file_pattern)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown record format {fmt!r}; expected {FORMATS}")
+    return fmt
+
+
 class _ReadFileFn(beam.DoFn):
     def __init__(
         self, parser: Parser, record_type: str, fmt: str, max_line_bytes: int
@@ -181,9 +191,7 @@ class ReadRecords(beam.PTransform):
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         super().__init__()
-        fmt = format or infer_format(file_pattern)
-        if fmt not in FORMATS:
-            raise ValueError(f"unknown record format {fmt!r}; expected {FORMATS}")
+        fmt = record_format(file_pattern, format)
         if max_line_bytes < 1:
             raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes}")
         self._file_pattern = file_pattern
