@@ -41,12 +41,14 @@ from process_memory import tree_rss
 from streaming_latency import Delivery, _read, run_peer, summarize
 
 from pipelines import config as config_loader
-from pipelines.zeitgeist import build, write_parts, zeitgeist_transform
+from pipelines.outputs import write_parts
+from pipelines.zeitgeist import build, zeitgeist_transform
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
 from runners.spark.options import SparkOptions
 from runners.spark.session import get_or_create_session
-from testing.zeitgeist_live import LivePlayer, live_stream
+from testing.live_player import LivePlayer
+from testing.zeitgeist_live import live_stream, stream_feed
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.zeitgeist.composite import ANOMALIES, WINDOW_COUNTS
 
@@ -126,7 +128,7 @@ def run_zeitgeist(args, work: Path, memory: list[int]) -> dict[str, list]:
         read=lambda pattern, fmt: FollowSearchQueries(pattern, fmt, follow),
         write=write_parts(0.0),
     )
-    player = LivePlayer(stream, inbox).start()
+    player = LivePlayer([stream_feed(stream, inbox)]).start()
     with OutputWatcher(output) as watcher:
         result = pipeline.run()
         deadline = time.time() + args.warmup + args.seconds

@@ -1,14 +1,41 @@
-"""Reading a finished job's JSON Lines outputs back, for summaries and reports."""
+"""A pipeline command's JSON Lines outputs: written at the end of a batch
+job or in parts while a streaming job runs, and read back for summaries and
+reports."""
 
 import glob
 import json
 import pathlib
+from collections.abc import Callable
 from typing import TypeVar
 
+import apache_beam as beam
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from transforms.records.json_parts import WriteJsonLineParts
+from transforms.records.readers import WriteJsonLines
+
 M = TypeVar("M", bound=Message)
+
+# Writes each PCollection under its path prefix.
+WriteOutputs = Callable[[dict[str, beam.PCollection]], None]
+
+
+def write_at_end(outputs: dict[str, beam.PCollection]) -> None:
+    """Batch: each output in files written when its input ends."""
+    for prefix, pcoll in outputs.items():
+        name = pathlib.Path(prefix).name
+        pcoll | f"Write_{name}" >> WriteJsonLines(prefix)
+
+
+def write_parts(flush_seconds: float) -> WriteOutputs:
+    """Streaming: every output as parts written while the job runs, through
+    one keyed stage."""
+
+    def write(outputs: dict[str, beam.PCollection]) -> None:
+        outputs | "WriteOutputs" >> WriteJsonLineParts(flush_seconds=flush_seconds)
+
+    return write
 
 
 def read_output(output: pathlib.Path, name: str, message_type: type[M]) -> list[M]:

@@ -43,22 +43,16 @@ from collections.abc import Callable, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import cli, live, zeitgeist_live
+from pipelines import cli, live, live_flags, zeitgeist_live
 from pipelines import config as config_loader
-from pipelines.outputs import read_output
+from pipelines.outputs import WriteOutputs, read_output, write_at_end, write_parts
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import counter_totals, format_table
 from pipelines.zeitgeist_flags import load_config, parse_args
 from transforms.millwheel.event_time import WithEventTimestamps
 from transforms.millwheel.lateness import LateDataPolicy
 from transforms.records.follow import FollowSearchQueries
-from transforms.records.json_parts import WriteJsonLineParts
-from transforms.records.readers import (
-    DEAD_LETTERS,
-    RECORDS,
-    ReadSearchQueries,
-    WriteJsonLines,
-)
+from transforms.records.readers import DEAD_LETTERS, RECORDS, ReadSearchQueries
 from transforms.records.zeitgeist_pb2 import Anomaly
 from transforms.zeitgeist.composite import (
     ANOMALIES,
@@ -146,25 +140,6 @@ def generate_input(config: config_loader.Config, output: pathlib.Path) -> pathli
 
 
 ReadInput = Callable[[str, str | None], beam.PTransform]
-# Writes each PCollection under its path prefix.
-WriteOutputs = Callable[[dict[str, beam.PCollection]], None]
-
-
-def write_at_end(outputs: dict[str, beam.PCollection]) -> None:
-    """Batch: each output in files written when its input ends."""
-    for prefix, pcoll in outputs.items():
-        name = pathlib.Path(prefix).name
-        pcoll | f"Write_{name}" >> WriteJsonLines(prefix)
-
-
-def write_parts(flush_seconds: float) -> WriteOutputs:
-    """Streaming: every output as parts written while the job runs, through
-    one keyed stage."""
-
-    def write(outputs: dict[str, beam.PCollection]) -> None:
-        outputs | "WriteOutputs" >> WriteJsonLineParts(flush_seconds=flush_seconds)
-
-    return write
 
 
 def build(
@@ -276,17 +251,17 @@ def run(argv: Sequence[str] | None = None) -> int:
         beam_args = [*beam_args, "--streaming"]
     with cli.usage_errors():
         transform = zeitgeist_transform(config)
-        follow = zeitgeist_live.follow_settings(config)
+        follow = live_flags.follow_settings(config)
     runner, beam_args = choose_runner(beam_args)
     options = PipelineOptions(beam_args)
     if following and runner is None:
         live.require_follow_runner(options)
     output = pathlib.Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
-    player = None
+    player = stream = None
     with cli.usage_errors():  # a generator setting it cannot honour
         if live_generated:
-            player, inputs = zeitgeist_live.start_live_generator(config, output)
+            stream, player, inputs = zeitgeist_live.start_live_generator(config, output)
             follow = dataclasses.replace(
                 follow, max_disorder_seconds=zeitgeist_live.LIVE_DISORDER_SECONDS
             )
@@ -336,10 +311,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         result.wait_until_finish()
     if player is not None:
         from testing.zeitgeist_generator import write_episodes
+        from testing.zeitgeist_live import episodes_played
 
         player.stop()
         # The ground truth of a live run: the episodes it played whole.
-        write_episodes(player.episodes_played(), output / "generated" / "episodes.json")
+        played = episodes_played(stream, player.played_through_ms)
+        write_episodes(played, output / "generated" / "episodes.json")
     print(summary(result, time.monotonic() - started, output))
     if generated:
         print()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from pipelines import cli
+from pipelines import cli, live_flags
 from pipelines import config as config_loader
 
 DEFAULT_CONFIG = config_loader.CONFIG_DIR / "zeitgeist.yaml"
@@ -29,12 +29,6 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         "--input_format",
         choices=("jsonl", "csv", "parquet"),
         help="format of --input when the extension does not tell",
-    )
-    parser.add_argument(
-        "--follow",
-        action="store_true",
-        help="run live on files that keep arriving in --input's directory, "
-        "until stopped (implies --streaming)",
     )
     parser.add_argument("--output", required=True, help="output directory")
     config_loader.add_config_arguments(parser, DEFAULT_CONFIG)
@@ -59,15 +53,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument("--bigtable_project", help="model_store.project")
     parser.add_argument("--bigtable_instance", help="model_store.instance")
-    parser.add_argument("--poll_seconds", type=float, help="live.poll_seconds")
-    parser.add_argument(
-        "--max_disorder_seconds", type=float, help="live.max_disorder_seconds"
-    )
-    parser.add_argument(
-        "--idle_timeout_seconds", type=float, help="live.idle_timeout_seconds"
-    )
-    parser.add_argument(
-        "--status_seconds", type=float, help="live.status_seconds (0: no status)"
+    live_flags.add_live_arguments(
+        parser,
+        "run live on files that keep arriving in --input's directory, "
+        "until stopped (implies --streaming)",
     )
     parser.add_argument("--write_window_counts", action="store_true")
     parser.add_argument("--write_scores", action="store_true")
@@ -93,20 +82,13 @@ _FLAG_KEYS = {
     "model_store": "model_store.kind",
     "bigtable_project": "model_store.project",
     "bigtable_instance": "model_store.instance",
-    "poll_seconds": "live.poll_seconds",
-    "max_disorder_seconds": "live.max_disorder_seconds",
-    "idle_timeout_seconds": "live.idle_timeout_seconds",
-    "status_seconds": "live.status_seconds",
+    **live_flags.FLAG_KEYS,
 }
 _FLOAT_KEYS = (
     "generator.days",
     "generator.rate",
     "generator.live_minutes",
-    "live.poll_seconds",
-    "live.max_disorder_seconds",
-    "live.idle_timeout_seconds",
-    "live.status_seconds",
-    "live.flush_seconds",
+    *live_flags.FLOAT_KEYS,
 )
 
 

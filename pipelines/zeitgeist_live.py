@@ -1,5 +1,5 @@
-"""Zeitgeist's live runs (`docs/streaming.md`): the followed input's
-settings, the live generator, and the status line.
+"""Zeitgeist's live runs (`docs/streaming.md`): the live generator and the
+status line.
 
 `python -m pipelines.zeitgeist` runs live with `--follow` (files that keep
 arriving in `--input`'s directory) or with `--streaming` and no `--input`
@@ -13,7 +13,6 @@ import logging
 import pathlib
 
 from pipelines import config as config_loader
-from transforms.records.follow import FollowSettings
 
 _log = logging.getLogger("pipelines.zeitgeist")
 
@@ -21,20 +20,12 @@ _log = logging.getLogger("pipelines.zeitgeist")
 LIVE_DISORDER_SECONDS = 1.0
 
 
-def follow_settings(config: config_loader.Config) -> FollowSettings:
-    """How a followed input is polled and its watermark estimated."""
-    live = config["live"]
-    return FollowSettings(
-        poll_seconds=live["poll_seconds"],
-        max_disorder_seconds=live["max_disorder_seconds"],
-        idle_timeout_seconds=live["idle_timeout_seconds"],
-    )
-
-
 def start_live_generator(config: config_loader.Config, output: pathlib.Path):
     """Starts playing the configured synthetic stream in real time into
-    OUTPUT/generated/live/; returns the player and the pattern to follow."""
-    from testing.zeitgeist_live import LivePlayer, live_stream
+    OUTPUT/generated/live/; returns the stream, its player and the pattern
+    to follow."""
+    from testing.live_player import LivePlayer
+    from testing.zeitgeist_live import live_stream, stream_feed
 
     settings = config["generator"]
     stream = live_stream(
@@ -54,7 +45,8 @@ def start_live_generator(config: config_loader.Config, output: pathlib.Path):
         len(stream.episodes),
         folder,
     )
-    return LivePlayer(stream, folder).start(), [str(folder / "*.jsonl")]
+    player = LivePlayer([stream_feed(stream, folder)]).start()
+    return stream, player, [str(folder / "*.jsonl")]
 
 
 def status_line(totals: dict[str, int], elapsed_s: float, watermark: str) -> str:

@@ -18,25 +18,8 @@ import pathlib
 import time
 from collections.abc import Sequence
 
+from testing.inbox import cut, drop_file
 from testing.zeitgeist_generator import DAY_MS, StreamSpec, generate
-from transforms.records.readers import json_line
-from transforms.records.zeitgeist_pb2 import SearchQuery
-
-
-def drop_file(
-    directory: pathlib.Path, name: str, records: Sequence[SearchQuery]
-) -> None:
-    """Writes `records` as `directory/name` in one rename: a follower never
-    sees the file half written."""
-    hidden = directory / f".{name}"
-    hidden.write_text("".join(json_line(r) + "\n" for r in records))
-    hidden.rename(directory / name)
-
-
-def cut(records: Sequence[SearchQuery], parts: int) -> list[Sequence[SearchQuery]]:
-    """`records` cut into `parts` consecutive runs of (nearly) equal size."""
-    n = len(records)
-    return [records[i * n // parts : (i + 1) * n // parts] for i in range(parts)]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -5,20 +5,19 @@ latency benchmark.
 that starts at the current window, with the most popular query's rate
 chosen so that all queries together make about `rate` searches a second,
 and episodes frequent enough to be seen in minutes. `LivePlayer` then plays
-it into a directory: every `tick_seconds` the records whose arrival time
-has passed become one JSON Lines file there, renamed into place. So event
-time is the wall clock, give or take the stream's disorder, and a followed
+it into a directory (`stream_feed`, `testing.live_player`). So event time
+is the wall clock, give or take the stream's disorder, and a followed
 directory (`transforms.records.follow`) sees what a live feed would send.
 """
 
 from __future__ import annotations
 
 import pathlib
-import threading
 import time
 
 import numpy as np
 
+from testing.live_player import Feed
 from testing.zeitgeist_generator import (
     DAY_MS,
     Episode,
@@ -89,50 +88,11 @@ def live_stream(
     return generate(spec, seed)
 
 
-class LivePlayer:
-    """Plays `stream` into `directory` as its arrival clock is reached."""
+def stream_feed(stream: GeneratedStream, directory: pathlib.Path) -> Feed:
+    """`stream` as a feed of `directory`, for a `LivePlayer`."""
+    return Feed(directory, stream.arrival_ms, stream.write_jsonl)
 
-    def __init__(
-        self,
-        stream: GeneratedStream,
-        directory: pathlib.Path,
-        tick_seconds: float = 0.25,
-    ) -> None:
-        self._stream = stream
-        self._directory = directory
-        self._tick = tick_seconds
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._play, name="zeitgeist-live-player", daemon=True
-        )
-        self.played = 0  # records written so far
-        self.played_through_ms = stream.spec.start_ms
 
-    def start(self) -> LivePlayer:
-        self._directory.mkdir(parents=True, exist_ok=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def episodes_played(self) -> list[Episode]:
-        """The episodes whose every window has been played."""
-        return [e for e in self._stream.episodes if e.end_ms <= self.played_through_ms]
-
-    def _play(self) -> None:
-        arrival = self._stream.arrival_ms
-        file_number = 0
-        while not self._stop.is_set() and self.played < len(arrival):
-            now_ms = int(time.time() * 1000)
-            end = int(np.searchsorted(arrival, now_ms, side="right"))
-            if end > self.played:
-                name = f"live-{file_number:08d}.jsonl"
-                hidden = self._directory / f".{name}"
-                self._stream.write_jsonl(hidden, slice(self.played, end))
-                hidden.rename(self._directory / name)
-                file_number += 1
-                self.played = end
-            self.played_through_ms = now_ms
-            self._stop.wait(self._tick)
+def episodes_played(stream: GeneratedStream, through_ms: int) -> list[Episode]:
+    """The episodes of `stream` whose every window was played by `through_ms`."""
+    return [e for e in stream.episodes if e.end_ms <= through_ms]

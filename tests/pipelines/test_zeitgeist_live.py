@@ -18,12 +18,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from pipelines import config as config_loader
-from pipelines.zeitgeist import build, write_parts, zeitgeist_transform
+from pipelines.outputs import write_parts
+from pipelines.zeitgeist import build, zeitgeist_transform
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
 from runners.spark.checkpoint import CheckpointDir
+from testing.inbox import cut, drop_file
 from testing.processes import kill_tree
-from testing.zeitgeist_files import cut, drop_file
 from testing.zeitgeist_generator import DAY_MS, HOUR_MS, StreamSpec, generate
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.zeitgeist_pb2 import SearchQuery

@@ -10,7 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
 from runners.spark import SparkRunner
-from testing.zeitgeist_files import drop_file
+from testing.inbox import drop_file
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.json_parts import WriteJsonLineParts, part_path
 from transforms.records.readers import RECORDS

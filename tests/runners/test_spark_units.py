@@ -294,7 +294,8 @@ def test_a_pipeline_optimised_again_in_the_same_process_keeps_its_stage_names():
 _PRINT_ZEITGEIST_STAGE_NAMES = """
 import apache_beam as beam
 from pipelines import config
-from pipelines.zeitgeist import build, write_parts, zeitgeist_transform
+from pipelines.outputs import write_parts
+from pipelines.zeitgeist import build, zeitgeist_transform
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark.runner import optimize
 from transforms.records.follow import FollowSearchQueries

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from testing.zeitgeist_live import LivePlayer, live_stream
+from testing.live_player import LivePlayer
+from testing.zeitgeist_live import live_stream, stream_feed
 
 
 def test_the_stream_has_the_asked_rate_and_starts_at_the_current_window():
@@ -34,9 +35,10 @@ def test_the_player_writes_each_record_once_when_its_arrival_time_comes(tmp_path
         seed=2,
         warmup_windows=1,
     )
-    player = LivePlayer(stream, tmp_path / "inbox", tick_seconds=0.1).start()
+    feed = stream_feed(stream, tmp_path / "inbox")
+    player = LivePlayer([feed], tick_seconds=0.1).start()
     deadline = time.monotonic() + 30
-    while player.played < len(stream) and time.monotonic() < deadline:
+    while not player.finished and time.monotonic() < deadline:
         time.sleep(0.1)
     player.stop()
     records = [

@@ -1,0 +1,45 @@
+"""The flags and the `live:` config section of a live run, shared by the
+pipeline commands: how a followed input is polled, how its watermark is
+estimated, and how often a running job reports."""
+
+from __future__ import annotations
+
+import argparse
+
+from pipelines import config as config_loader
+from transforms.records.follow import FollowSettings
+
+# Flag -> config key, for `config_loader.from_command_line`.
+FLAG_KEYS = {
+    "poll_seconds": "live.poll_seconds",
+    "max_disorder_seconds": "live.max_disorder_seconds",
+    "idle_timeout_seconds": "live.idle_timeout_seconds",
+    "status_seconds": "live.status_seconds",
+}
+# Seconds may be fractional, whatever the default in the YAML file says.
+FLOAT_KEYS = (*FLAG_KEYS.values(), "live.flush_seconds")
+
+
+def add_live_arguments(parser: argparse.ArgumentParser, follow_help: str) -> None:
+    """`--follow` (described by `follow_help`) and the flags of `FLAG_KEYS`."""
+    parser.add_argument("--follow", action="store_true", help=follow_help)
+    parser.add_argument("--poll_seconds", type=float, help="live.poll_seconds")
+    parser.add_argument(
+        "--max_disorder_seconds", type=float, help="live.max_disorder_seconds"
+    )
+    parser.add_argument(
+        "--idle_timeout_seconds", type=float, help="live.idle_timeout_seconds"
+    )
+    parser.add_argument(
+        "--status_seconds", type=float, help="live.status_seconds (0: no status)"
+    )
+
+
+def follow_settings(config: config_loader.Config) -> FollowSettings:
+    """How a followed input is polled and its watermark estimated."""
+    live = config["live"]
+    return FollowSettings(
+        poll_seconds=live["poll_seconds"],
+        max_disorder_seconds=live["max_disorder_seconds"],
+        idle_timeout_seconds=live["idle_timeout_seconds"],
+    )
