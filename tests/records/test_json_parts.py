@@ -9,6 +9,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 
+from pipelines.summary import counter_totals
 from runners.spark import SparkRunner
 from testing.inbox import drop_file
 from transforms.records.follow import FollowSearchQueries, FollowSettings
@@ -121,3 +122,50 @@ def test_one_pcollection_needs_a_prefix():
     queries = pipeline | beam.Create(_queries(["a"]))
     with pytest.raises(ValueError, match="needs path_prefix"):
         _ = queries | WriteJsonLineParts()
+
+
+def _records_read(result) -> int:
+    totals = counter_totals(result, ("millwheel.records",))
+    return totals.get("millwheel.records/records_read", 0)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_with_no_delay_a_batchs_lines_are_written_before_it_commits(
+    tmp_path, spark_session
+):
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox.mkdir()
+    out.mkdir()
+    pipeline = beam.Pipeline(
+        runner=SparkRunner(),
+        options=PipelineOptions(
+            [
+                "--streaming",
+                f"--checkpoint_dir={tmp_path / 'checkpoint'}",
+                # Seconds between batches: a line left for the next batch
+                # would be missing for that long after its batch commits.
+                "--streaming_batch_interval_seconds=3",
+            ]
+        ),
+    )
+    _ = (
+        pipeline
+        | FollowSearchQueries(str(inbox / "*.jsonl"), settings=FollowSettings(0.2))
+    )[RECORDS] | WriteJsonLineParts(str(out / "searches"), flush_seconds=0)
+    result = pipeline.run()
+    try:
+        for wave in (["a1", "a2"], ["b1"]):
+            read_before = _records_read(result)
+            drop_file(inbox, f"{wave[0]}.jsonl", _queries(wave))
+            deadline = time.monotonic() + 90
+            # The committed metrics count a batch's records once it commits.
+            while (
+                _records_read(result) < read_before + len(wave)
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+            written = {r["query"] for r in _written(out, "searches")}
+            assert set(wave) <= written, f"{wave} read and committed, not written"
+    finally:
+        result.cancel()

@@ -73,7 +73,8 @@ class _PartWriter(beam.DoFn):
     END = TimerSpec("end", TimeDomain.WATERMARK)
 
     def __init__(self, flush_seconds: float) -> None:
-        self._delay = Duration.of(flush_seconds)
+        # Seconds, not a Beam `Duration`: a Duration of zero is true.
+        self._delay_seconds = flush_seconds
 
     def process(
         self,
@@ -89,7 +90,8 @@ class _PartWriter(beam.DoFn):
             # With no delay, a time already past: the runner fires it as soon
             # as this batch's elements are in (the SparkRunner, in the same
             # batch), so a stop after the batch leaves nothing unwritten.
-            flush.set(Timestamp.now() + self._delay if self._delay else _PAST)
+            delay = self._delay_seconds
+            flush.set(Timestamp.now() + Duration.of(delay) if delay > 0 else _PAST)
             end.set(GlobalWindow().max_timestamp())
 
     @on_timer(FLUSH)
