@@ -47,10 +47,6 @@ from transforms.photon import (  # noqa: E402
 )
 from transforms.records.photon_pb2 import JoinedClick  # noqa: E402
 
-# Clicks per query of the generator's defaults: 1.5 per query, plus 5%
-# orphans, plus 10% duplicates.
-CLICKS_PER_QUERY = 1.5 * 1.05 * 1.1
-
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -90,7 +86,7 @@ def main() -> None:
     args = parse_args()
     warnings.filterwarnings("ignore", "Connecting to Bigtable emulator")
     runners = [name.strip() for name in args.runners.split(",") if name.strip()]
-    num_queries = max(1, round(args.clicks / CLICKS_PER_QUERY))
+    num_queries = max(1, round(args.clicks / PhotonSpec().clicks_per_query))
     duration_ms = int(args.clicks / args.clicks_per_minute * MINUTE_MS)
     started = time.perf_counter()
     spec = PhotonSpec(num_queries=num_queries, duration_ms=max(duration_ms, 1))

@@ -3,12 +3,25 @@
     python -m pipelines.photon --output /tmp/p                  # generated, emulator
     python -m pipelines.photon --queries 'q/*.jsonl' --clicks 'c/*.jsonl' \\
         --bigtable_project P --bigtable_instance I --pipeline_id dc-east --output /tmp/p
+    python -m pipelines.photon --queries 'q/*.jsonl' --clicks 'c/*.jsonl' --follow \
+        --runner=SparkRunner --checkpoint_dir /tmp/p-ck --output /tmp/p
+    python -m pipelines.photon --streaming --runner=SparkRunner --output /tmp/p
 
 Without `--queries`/`--clicks` the job generates deterministic logs (seeded;
 late queries, clicks before their query, duplicated and orphan clicks, see
 `testing.photon_generator`) under OUTPUT/generated/, reads them back like any
 input, pins the registry's age clock to the logs' time and, at the end,
 checks the output against the generator's ground truth.
+
+With `--follow` the job runs live (in streaming) on the log files that keep
+arriving in the `--queries` and `--clicks` directories, each read once, with
+each log's watermark estimated from its event times
+(`transforms.records.follow`); the joiner's `max_wait` deadlines fire as the
+watermarks pass them, and outputs are written as numbered parts while it
+runs. With `--streaming` and no logs, generated logs are played in real time
+(`pipelines.photon_live`). Ctrl-C or SIGTERM stops it after the running
+batch commits and prints the summary; the same command with the same
+`--checkpoint_dir` resumes where it stopped.
 
 Without `--bigtable_project`/`--bigtable_instance` it starts a Bigtable
 emulator for the run (or uses `$BIGTABLE_EMULATOR_HOST`). Redundant copies
@@ -28,14 +41,15 @@ import logging
 import pathlib
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines import cli
+from pipelines import cli, live, live_flags, photon_live
 from pipelines import config as config_loader
-from pipelines.outputs import read_output
+from pipelines.outputs import WriteOutputs, read_output, write_at_end, write_parts
+from pipelines.photon_flags import check_inputs, load_config, parse_args
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import counter_totals, format_table
 from transforms.millwheel.event_time import WithEventTimestamps
@@ -51,105 +65,22 @@ from transforms.photon import (
     RegistryParams,
 )
 from transforms.photon.registration import check_token
+from transforms.records.follow import (
+    FollowClickEvents,
+    FollowQueryEvents,
+    FollowSettings,
+)
 from transforms.records.photon_pb2 import JoinedClick, UnjoinableClick
 from transforms.records.readers import DEAD_LETTERS as READ_DEAD_LETTERS
 from transforms.records.readers import (
     RECORDS,
     ReadClickEvents,
     ReadQueryEvents,
-    WriteJsonLines,
-    infer_format,
 )
 
 _log = logging.getLogger("pipelines.photon")
-DEFAULT_CONFIG = config_loader.CONFIG_DIR / "photon.yaml"
 METRIC_NAMESPACES = ("millwheel.records", "millwheel.photon")
 LOCAL_BIGTABLE = ("photon-local", "photon-local")
-
-
-def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by `photon` and `photon_verify`."""
-    parser.add_argument(
-        "--queries", action="append", default=[], help="query log file or glob"
-    )
-    parser.add_argument(
-        "--clicks", action="append", default=[], help="click log file or glob"
-    )
-    parser.add_argument("--input_format", choices=("jsonl", "csv", "parquet"))
-    parser.add_argument("--output", required=True, help="output directory")
-    config_loader.add_config_arguments(parser, DEFAULT_CONFIG)
-    parser.add_argument("--pipeline_id", help="pipeline.id: the registry token")
-    parser.add_argument("--bigtable_project")
-    parser.add_argument("--bigtable_instance")
-    parser.add_argument("--gc_days", type=int, help="registry.gc_days")
-    parser.add_argument("--now_ms", type=int, help="registry.now_ms (age clock)")
-
-
-def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    """Our flags, and the Beam flags left over; `cli.UsageError` if any
-    flag is unknown to both."""
-    parser = cli.Parser(
-        prog="python -m pipelines.photon", description=__doc__.split("\n\n")[0]
-    )
-    add_common_args(parser)
-    parser.add_argument("--max_wait_seconds", type=float)
-    parser.add_argument("--query_ttl_seconds", type=float)
-    parser.add_argument("--seed", type=int, help="generator.seed")
-    parser.add_argument("--num_queries", type=int, help="generator.num_queries")
-    parser.add_argument(
-        "--fail_after_register_fraction",
-        type=float,
-        default=0.0,
-        help="TEST ONLY: drop this fraction of clicks after their registration "
-        "commits, as a crash would; photon_verify restores them",
-    )
-    return parser.parse_known_args(argv)
-
-
-_FLAG_KEYS = {
-    "pipeline_id": "pipeline.id",
-    "gc_days": "registry.gc_days",
-    "now_ms": "registry.now_ms",
-    "max_wait_seconds": "join.max_wait_seconds",
-    "query_ttl_seconds": "join.query_ttl_seconds",
-    "seed": "generator.seed",
-    "num_queries": "generator.num_queries",
-}
-
-
-# Keys whose default does not tell their type: null, or a whole number of a
-# unit that may be fractional.
-_DECLARED_TYPES = {
-    "registry.now_ms": int,
-    "registry.slice_minutes": float,
-    "join.max_wait_seconds": float,
-    "join.query_ttl_seconds": float,
-    "join.timer_slot_seconds": float,
-    "generator.duration_minutes": float,
-    "bigtable.deadline_seconds": float,
-}
-
-
-def load_config(args: argparse.Namespace) -> config_loader.Config:
-    """configs/photon.yaml, then --config, then --set, then named flags."""
-    return config_loader.from_command_line(
-        DEFAULT_CONFIG, args, _FLAG_KEYS, _DECLARED_TYPES
-    )
-
-
-def check_inputs(args: argparse.Namespace) -> None:
-    """`cli.UsageError` unless both logs are given (or neither, to generate),
-    every pattern matches a file, and the Bigtable flags come together."""
-    if bool(args.bigtable_project) != bool(args.bigtable_instance):
-        raise cli.UsageError("--bigtable_project and --bigtable_instance go together")
-    if bool(args.queries) != bool(args.clicks):
-        raise cli.UsageError("give both --queries and --clicks, or neither to generate")
-    cli.require_matches("--queries", args.queries)
-    cli.require_matches("--clicks", args.clicks)
-    if not args.input_format:
-        with cli.usage_errors():
-            for pattern in [*args.queries, *args.clicks]:
-                infer_format(pattern)
 
 
 def join_params(config: config_loader.Config) -> JoinParams:
@@ -211,8 +142,9 @@ def target_of(
         )
 
 
-def generate_input(config: config_loader.Config, output: pathlib.Path) -> dict:
-    """Write the configured logs and their truth under OUTPUT/generated/."""
+def generate_input(config: config_loader.Config, output: pathlib.Path):
+    """Write the configured logs and their truth under OUTPUT/generated/;
+    return the logs, and the query and click patterns to read."""
     from testing.photon_generator import MINUTE_MS, PhotonSpec, generate
 
     settings = config["generator"]
@@ -234,11 +166,21 @@ def generate_input(config: config_loader.Config, output: pathlib.Path) -> dict:
         len(logs.clicks),
         queries.parent,
     )
-    return {"queries": [str(queries)], "clicks": [str(clicks)], "logs": logs}
+    return logs, [str(queries)], [str(clicks)]
 
 
 def _stamped(pcoll: beam.PCollection, label: str) -> beam.PCollection:
     return pcoll | label >> WithEventTimestamps()
+
+
+def _readers(follow: FollowSettings | None) -> tuple[Callable, Callable]:
+    """The query and click log readers: of files as they are, or followed."""
+    if follow is None:
+        return ReadQueryEvents, ReadClickEvents
+    return (
+        lambda pattern, fmt: FollowQueryEvents(pattern, fmt, follow),
+        lambda pattern, fmt: FollowClickEvents(pattern, fmt, follow),
+    )
 
 
 def build(
@@ -248,13 +190,22 @@ def build(
     input_format: str | None,
     transform: PhotonJoin,
     output: pathlib.Path,
+    follow: FollowSettings | None = None,
+    write: WriteOutputs = write_at_end,
 ) -> None:
-    """Wire the log readers, `transform` and the JSONL sinks into `pipeline`."""
+    """Wire the log readers, `transform` and the JSONL sinks into `pipeline`.
+
+    With `follow`, the logs are the files that keep arriving in the
+    patterns' directories (`transforms.records.follow`), in streaming;
+    `write` writes the outputs, each under its path prefix (at the end, or
+    in parts while the job runs).
+    """
     dead = []
     sides = []
+    read_queries, read_clicks = _readers(follow)
     for name, patterns, reader in (
-        ("Queries", queries, ReadQueryEvents),
-        ("Clicks", clicks, ReadClickEvents),
+        ("Queries", queries, read_queries),
+        ("Clicks", clicks, read_clicks),
     ):
         records = []
         for i, pattern in enumerate(patterns):
@@ -271,8 +222,7 @@ def build(
         WASTED: outputs[WASTED],
         DEAD_LETTERS: dead | "MergeDeadLetters" >> beam.Flatten(),
     }
-    for name, pcoll in sinks.items():
-        pcoll | f"Write_{name}" >> WriteJsonLines(str(output / name))
+    write({str(output / name): pcoll for name, pcoll in sinks.items()})
 
 
 def summary(result, token: str, elapsed_s: float, output: pathlib.Path) -> str:
@@ -335,29 +285,83 @@ def run(argv: Sequence[str] | None = None) -> int:
         check_token(token)
         join = join_params(config)
         registry = registry_params(config, args.fail_after_register_fraction)
+        follow = live_flags.follow_settings(config)
+    generating = not args.queries
+    # Live: following the logs' directories, or (no logs, --streaming)
+    # generated logs played in real time. Both follow directories.
+    live_generated = (
+        generating and PipelineOptions(beam_args).view_as(StandardOptions).streaming
+    )
+    following = args.follow or live_generated
+    if following:
+        beam_args = [*beam_args, "--streaming"]
+    runner, beam_args = choose_runner(beam_args)
+    options = PipelineOptions(beam_args)
+    if following and runner is None:
+        live.require_follow_runner(options)
     output = pathlib.Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
-    generated = generate_input(config, output) if not args.queries else None
-    if generated and registry.now_ms is None:
-        # Generated logs are dated; judge their age by their own clock.
-        registry = dataclasses.replace(registry, now_ms=generated["logs"].now_ms)
-    queries = generated["queries"] if generated else args.queries
-    clicks = generated["clicks"] if generated else args.clicks
-    runner, beam_args = choose_runner(beam_args)
+    generated = player = None
+    queries, clicks = args.queries, args.clicks
+    with cli.usage_errors():  # a generator setting it cannot honour
+        if live_generated:
+            generated, player, queries, clicks = photon_live.start_live_generator(
+                config, output
+            )
+            follow = dataclasses.replace(
+                follow, max_disorder_seconds=photon_live.LIVE_DISORDER_SECONDS
+            )
+        elif generating:
+            generated, queries, clicks = generate_input(config, output)
+            if registry.now_ms is None:
+                # Generated logs are dated; judge their age by their own clock.
+                registry = dataclasses.replace(registry, now_ms=generated.now_ms)
+    streaming = options.view_as(StandardOptions).streaming
+    write = write_parts(config["live"]["flush_seconds"]) if streaming else write_at_end
     with bigtable_target(args, config) as target:
-        pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(beam_args))
+        pipeline = beam.Pipeline(runner=runner, options=options)
         with cli.usage_errors():
             transform = PhotonJoin(target, token, join, registry)
-            build(pipeline, queries, clicks, args.input_format, transform, output)
-        _log.info("running %s on %s", token, type(pipeline.runner).__name__)
+            build(
+                pipeline,
+                queries,
+                clicks,
+                args.input_format,
+                transform,
+                output,
+                follow if following else None,
+                write,
+            )
+        _log.info(
+            "running %s on %s%s",
+            token,
+            type(pipeline.runner).__name__,
+            ", live until stopped (Ctrl-C)" if following else "",
+        )
         started = time.monotonic()
-        result = pipeline.run()
-        result.wait_until_finish()
+        if streaming:
+            result = live.run_until_stopped(
+                pipeline.run,
+                lambda result: photon_live.status_line(
+                    counter_totals(result, METRIC_NAMESPACES),
+                    time.monotonic() - started,
+                    live.watermark_lag(result),
+                ),
+                config["live"]["status_seconds"],
+            )
+        else:
+            result = pipeline.run()
+            result.wait_until_finish()
         elapsed = time.monotonic() - started
+    if player is not None:
+        player.stop()
     print(summary(result, token, elapsed, output))
-    if generated:
+    if player is not None:
         print()
-        print(truth_check(output, generated["logs"]))
+        print(photon_live.live_truth_check(output, generated, player.played_through_ms))
+    elif generated is not None:
+        print()
+        print(truth_check(output, generated))
     return 0
 
 

@@ -28,7 +28,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import cli, photon
+from pipelines import cli, photon, photon_flags
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import format_table
@@ -60,7 +60,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         prog="python -m pipelines.photon_verify",
         description=__doc__.split("\n\n")[0],
     )
-    photon.add_common_args(parser)
+    photon_flags.add_common_args(parser)
     parser.add_argument(
         "--joined",
         action="append",
@@ -174,12 +174,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
     if not args.queries or not args.clicks:
         raise cli.UsageError("--queries and --clicks are required")
-    photon.check_inputs(args)
+    photon_flags.check_inputs(args)
     for directory in args.joined:
         if not pathlib.Path(directory).is_dir():
             # Read as "no output", it would make every registered click look lost.
             raise cli.UsageError(f"--joined {directory!r} is not a directory")
-    config = photon.load_config(args)
+    config = photon_flags.load_config(args)
     output = pathlib.Path(args.output).resolve()
     name = args.pipeline_id or f"{config['pipeline']['id']}-verify"
     token = verifier_token(name, str(output))

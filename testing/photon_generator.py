@@ -65,6 +65,16 @@ class PhotonSpec:
     bad_lines: int = 0
 
     @property
+    def clicks_per_query(self) -> float:
+        """Click log records per query, on average: its clicks, the orphans
+        that come with them, and the duplicates of both."""
+        return (
+            self.mean_clicks_per_query
+            * (1 + self.orphan_fraction)
+            * (1 + self.duplicate_fraction)
+        )
+
+    @property
     def now_ms(self) -> int:
         """The clock of the run: an hour after the last possible arrival."""
         return self.start_ms + self.duration_ms + 60 * MINUTE_MS

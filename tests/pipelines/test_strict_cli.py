@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from pipelines import config as config_loader
-from pipelines import photon
+from pipelines import photon_flags
 
 USAGE = 2
 
@@ -122,6 +122,20 @@ def test_follow_mistakes_are_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "z").exists(), "nothing may run before the check"
 
 
+def test_photon_follow_mistakes_are_one_line_and_exit_2(tmp_path):
+    output = str(tmp_path / "p")
+    done = run_cli("pipelines.photon", "--output", output, "--follow")
+    assert_usage_error(done, "--follow needs --queries and --clicks")
+    inbox = str(tmp_path / "*.jsonl")
+    missing = str(tmp_path / "missing" / "*.jsonl")
+    follow = ("pipelines.photon", "--output", output, "--follow")
+    done = run_cli(*follow, "--queries", inbox, "--clicks", missing)
+    assert_usage_error(done, "--clicks", f"no directory '{tmp_path / 'missing'}'")
+    done = run_cli(*follow, "--queries", inbox, "--clicks", inbox)
+    assert_usage_error(done, "--follow needs a runner", "--runner=SparkRunner")
+    assert not (tmp_path / "p").exists(), "nothing may run before the check"
+
+
 def test_verify_refuses_a_joined_directory_that_does_not_exist(tmp_path):
     log = tmp_path / "c.jsonl"
     log.write_text("")
@@ -135,20 +149,22 @@ def test_verify_refuses_a_joined_directory_that_does_not_exist(tmp_path):
 
 @pytest.mark.parametrize("pipeline_id", ["no", "off", "010", "8", "1e3", "null"])
 def test_string_options_stay_the_strings_given(pipeline_id):
-    args, _ = photon.parse_args(["--output", "/tmp/x", "--pipeline_id", pipeline_id])
-    assert photon.load_config(args)["pipeline"]["id"] == pipeline_id
-    args, _ = photon.parse_args(
+    args, _ = photon_flags.parse_args(
+        ["--output", "/tmp/x", "--pipeline_id", pipeline_id]
+    )
+    assert photon_flags.load_config(args)["pipeline"]["id"] == pipeline_id
+    args, _ = photon_flags.parse_args(
         ["--output", "/tmp/x", "--set", f"pipeline.id={pipeline_id}"]
     )
-    assert photon.load_config(args)["pipeline"]["id"] == pipeline_id
+    assert photon_flags.load_config(args)["pipeline"]["id"] == pipeline_id
 
 
 def test_config_file_values_are_type_checked(tmp_path):
     config = tmp_path / "photon.yaml"
     config.write_text("pipeline:\n  id: no\n")  # YAML 1.1 reads `no` as false
-    args, _ = photon.parse_args(["--output", "/tmp/x", "--config", str(config)])
+    args, _ = photon_flags.parse_args(["--output", "/tmp/x", "--config", str(config)])
     with pytest.raises(config_loader.ConfigError, match="pipeline.id must be a string"):
-        photon.load_config(args)
+        photon_flags.load_config(args)
 
 
 def test_numbers_accept_integers_and_reject_booleans():
@@ -164,10 +180,10 @@ def test_numbers_accept_integers_and_reject_booleans():
 def test_beam_flags_are_still_passed_on():
     from pipelines import cli
 
-    args, beam_args = photon.parse_args(
+    args, beam_args = photon_flags.parse_args(
         ["--output", "/tmp/x", "--direct_num_workers", "2", "--runner=DirectRunner"]
     )
     assert args.output == "/tmp/x"
     assert beam_args == ["--direct_num_workers", "2", "--runner=DirectRunner"]
     with pytest.raises(cli.UsageError, match="did you mean --direct_num_workers"):
-        photon.parse_args(["--output", "/tmp/x", "--direct_num_worker=2"])
+        photon_flags.parse_args(["--output", "/tmp/x", "--direct_num_worker=2"])
