@@ -176,7 +176,7 @@ class MicroBatchTranslator(RddTranslator):
                 return [], MetricsSnapshot()
             self._sc.setJobDescription(f"micro-batch {spec.batch}")
             try:
-                records = self._sc.union(wanted).collect()
+                records = self._few_tasks(self._sc.union(wanted)).collect()
             finally:
                 self._sc.setJobDescription(None)
             return records, self.accumulator.value
@@ -212,13 +212,22 @@ class MicroBatchTranslator(RddTranslator):
             inputs = [
                 self._rdds[pc] for pc in proto.inputs.values() if pc in self._rdds
             ]
-            self._set(only_element(outputs), self._sc.union(inputs))
+            self._set(only_element(outputs), self._few_tasks(self._sc.union(inputs)))
         elif urn == GROUP_BY_KEY:
             self._group_streaming(proto)
         elif urn == EXECUTABLE_STAGE:
             self._streaming_stage(proto)
         elif not super()._translate_if_ready(proto):
             raise RuntimeError(f"SparkRunner streaming: cannot run {proto.unique_name}")
+
+    def _few_tasks(self, rdd):
+        """`rdd` in at most as many tasks as the job runs at once. A batch is
+        small, and a task's fixed cost (a Python worker's round trip, a
+        bundle) is most of its time: a union's partitions, and the stages
+        they chain, run in turn within a task rather than a task each."""
+        if rdd.getNumPartitions() <= self._parallelism:
+            return rdd
+        return rdd.coalesce(self._parallelism)
 
     def _impulse(self, pcoll: str) -> None:
         if self._spec.impulse:
