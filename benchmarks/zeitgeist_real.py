@@ -24,6 +24,17 @@ published anchors of the data README; then episode precision, recall, F1
 and median delay (rows) of the alerts; and the alerts per series per week on
 `artificialNoAnomaly`. Targets: alerts as emitted at least the best
 published figure on every real category, no alert on artificialNoAnomaly.
+
+    python benchmarks/zeitgeist_real.py --data ../shared/data/labelled-series \
+        --in_process [--set detector.threshold=6 ...]
+
+`--in_process` skips the job and replays each series through the
+detector's own per-window functions (`forecast.fold`, `update_confidence`,
+`episodes.advance`), in the same row-to-window mapping and scaling, with
+the same configuration file and `--set` overrides as the job: seconds
+instead of minutes, for iterating on the model and detector. It stands in
+for the job only while the two agree: the job also orders, counts and
+shuffles, and a change to those is measured by the default mode.
 """
 
 import argparse
@@ -37,7 +48,9 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
+from pipelines import config as config_loader  # noqa: E402
 from pipelines.outputs import read_output  # noqa: E402
+from pipelines.zeitgeist_flags import DEFAULT_CONFIG  # noqa: E402
 from testing.labelled_episodes import combined, episode_score  # noqa: E402
 from testing.labelled_series import Series, load_folder  # noqa: E402
 from testing.nab import (  # noqa: E402
@@ -49,9 +62,17 @@ from testing.nab import (  # noqa: E402
 )
 from transforms.records.zeitgeist_pb2 import (  # noqa: E402
     Anomaly,
+    DetectorState,
     EpisodeStatus,
+    ModelState,
+    WindowCount,
     WindowScore,
 )
+from transforms.zeitgeist.confidence import update_confidence  # noqa: E402
+from transforms.zeitgeist.episodes import advance  # noqa: E402
+from transforms.zeitgeist.forecast import fold as fold_window  # noqa: E402
+from transforms.zeitgeist.model_calculator import model_update  # noqa: E402
+from transforms.zeitgeist.params import DetectorParams, ModelParams  # noqa: E402
 from transforms.zeitgeist.query_keys import fold  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -168,6 +189,57 @@ def run_all(folder: pathlib.Path, workdir: pathlib.Path) -> dict:
     return results
 
 
+def replay(
+    series: Series, bucket_s: int, model: ModelParams, detector: DetectorParams
+) -> tuple[list[float], list[int]]:
+    """The series' per-row scores and alert rows, computed in process.
+
+    Row i is window i of the series' query, as in the job; each window goes
+    through what `ModelCalculator` and `SpikeDipDetector` do to a window
+    that arrives in order: fold into the model, score, advance the episode.
+    """
+    query = query_name(series)
+    start = first_window_ms(series, bucket_s)
+    step = bucket_s * 1000
+    model_state, detector_state = ModelState(), DetectorState()
+    scores, alerts = [], []
+    previous = None
+    for i, count in enumerate(as_counts(series.values)):
+        window_start = start + i * step
+        window = WindowCount(
+            query=query,
+            window_start=window_start,
+            window_end=window_start + step,
+            count=count,
+        )
+        folded = fold_window(model_state, model, window_start, step, count)
+        update = model_update(
+            query, window, folded.prediction, previous, folded.new_normal
+        )
+        previous = window_start
+        verdict = update_confidence(detector_state, update, detector)
+        scores.append(verdict.score)
+        record = advance(detector_state, update, verdict, detector)
+        if record is not None and is_alert(record):
+            alerts.append(i)
+    return scores, alerts
+
+
+def run_in_process(folder: pathlib.Path, overrides: list[str]) -> dict:
+    """`run_all`'s results from `replay`, with the job's configuration."""
+    config = config_loader.apply_overrides(
+        config_loader.read(DEFAULT_CONFIG), overrides
+    )
+    model = ModelParams(**config["model"])
+    detector = DetectorParams(**config["detector"])
+    results = {}
+    for series in load_folder(folder):
+        bucket_s = bucket_seconds(series)
+        scores, alerts = replay(series, bucket_s, model, detector)
+        results[series.name] = (series, bucket_s, scores, alerts)
+    return results
+
+
 def report(results: dict) -> str:
     files = {
         name: LabelledFile(name, scores, series.windows)
@@ -208,9 +280,27 @@ def report(results: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=pathlib.Path, required=True)
+    parser.add_argument(
+        "--in_process",
+        action="store_true",
+        help="replay the detector's per-window functions instead of the job",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="with --in_process: override a key of configs/zeitgeist.yaml",
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        results = run_all(args.data, pathlib.Path(tmp))
+    if args.overrides and not args.in_process:
+        parser.error("--set is for --in_process runs")
+    if args.in_process:
+        results = run_in_process(args.data, args.overrides)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            results = run_all(args.data, pathlib.Path(tmp))
     print(report(results))
     return 0
 

@@ -136,7 +136,10 @@ class ModelCalculator(beam.DoFn):
             if known is None:
                 self._unmatched.inc()
                 return
-            yield key, _update(key, window, Prediction(*known), previous_window(window))
+            yield (
+                key,
+                model_update(key, window, Prediction(*known), previous_window(window)),
+            )
             return
         state = model.read()
         skipped_to = skipped.read() if state is None else None
@@ -171,7 +174,7 @@ class ModelCalculator(beam.DoFn):
             predictions[ready.window_start] = dataclasses.astuple(folded.prediction)
             yield (
                 key,
-                _update(key, ready, folded.prediction, emitted, folded.new_normal),
+                model_update(key, ready, folded.prediction, emitted, folded.new_normal),
             )
             emitted = ready.window_start
         if emitted is None:
@@ -264,13 +267,15 @@ class ModelCalculator(beam.DoFn):
             )
 
 
-def _update(
+def model_update(
     key: str,
     window: WindowCount,
     prediction: Prediction,
     previous: int | None,
     new_normal: bool = False,
 ) -> ModelUpdate:
+    """The `ModelUpdate` of `window`: its count beside the prediction it had,
+    linked to the query's previous update (`previous`, None for the first)."""
     update = ModelUpdate(
         query=key,
         window_start=window.window_start,

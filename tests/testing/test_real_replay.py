@@ -1,0 +1,87 @@
+"""`zeitgeist_real.py --in_process` stands in for the job: same scores, same
+alerts, on a small labelled folder in NAB's layout."""
+
+import importlib.util
+import json
+import math
+import pathlib
+import random
+
+import pytest
+
+BENCHMARK = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/zeitgeist_real.py"
+ROWS = 600
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("zeitgeist_real", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_series(folder: pathlib.Path, name: str, values: list[float]) -> None:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["timestamp,value"]
+    lines += [f"{stamp(i)},{value}" for i, value in enumerate(values)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def stamp(row: int) -> str:
+    """Row `row`'s timestamp: 5-minute rows from 2024-01-01 00:00."""
+    minutes = 5 * row
+    day, hour, minute = 1 + minutes // 1440, minutes // 60 % 24, minutes % 60
+    return f"2024-01-{day:02d} {hour:02d}:{minute:02d}:00"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> pathlib.Path:
+    """Two daily-seasonal series with a spike and a dip, one of whole counts
+    and one of fractions (scaled by the benchmark), and their windows."""
+    folder = tmp_path_factory.mktemp("labelled")
+    rng = random.Random(3)
+    counts = [
+        round(200 + 80 * math.sin(2 * math.pi * i / 288) + rng.gauss(0, 12))
+        for i in range(ROWS)
+    ]
+    for i in range(400, 412):
+        counts[i] *= 3
+    fractions = [
+        round(2.5 + math.sin(i / 40) + rng.gauss(0, 0.1), 3) for i in range(ROWS)
+    ]
+    for i in range(450, 470):
+        fractions[i] = 0.2
+    write_series(folder, "cat/counts.csv", counts)
+    write_series(folder, "cat/fractions.csv", fractions)
+    windows = {
+        "cat/counts.csv": [[stamp(380), stamp(430)]],
+        "cat/fractions.csv": [[stamp(430), stamp(490)]],
+    }
+    (folder / "windows.json").write_text(json.dumps(windows))
+    return folder
+
+
+@pytest.mark.slow
+def test_in_process_replay_gives_the_jobs_scores_and_alerts(folder, tmp_path):
+    benchmark = load_benchmark()
+    job = benchmark.run_all(folder, tmp_path)
+    replayed = benchmark.run_in_process(folder, [])
+    assert job.keys() == replayed.keys()
+    assert any(alerts for _, _, _, alerts in job.values())
+    for name, (_, bucket_s, scores, alerts) in job.items():
+        _, replay_bucket_s, replay_scores, replay_alerts = replayed[name]
+        assert replay_bucket_s == bucket_s
+        assert replay_alerts == alerts, name
+        assert replay_scores == pytest.approx(scores, abs=1e-12), name
+
+
+def test_in_process_overrides_reach_the_detector(folder):
+    # A threshold no evidence can pass raises no alert and scores lower.
+    benchmark = load_benchmark()
+    default = benchmark.run_in_process(folder, [])
+    deaf = benchmark.run_in_process(folder, ["detector.threshold=1000000.0"])
+    assert any(alerts for _, _, _, alerts in default.values())
+    assert not any(alerts for _, _, _, alerts in deaf.values())
+    for name, (_, _, scores, _) in deaf.items():
+        assert max(scores) < max(default[name][2])
