@@ -17,6 +17,10 @@ SparkRunner / DirectRunner (`--runner=SparkRunner` is this project's runner).
 The emulator shares the machine's cores with the job. At the default size,
 a million clicks, each runner takes about 6 minutes or less on 2 cores (see
 docs/photon.md).
+
+With `--streaming` it measures Photon live instead (`photon_streaming.py`:
+joined clicks/s and click-to-output latency against Structured Streaming's
+stream-stream join); the flags after `--streaming` are that mode's.
 """
 
 import argparse
@@ -83,6 +87,11 @@ def run_once(
 
 
 def main() -> None:
+    if "--streaming" in sys.argv[1:]:
+        import photon_streaming
+
+        photon_streaming.main([a for a in sys.argv[1:] if a != "--streaming"])
+        return
     args = parse_args()
     warnings.filterwarnings("ignore", "Connecting to Bigtable emulator")
     runners = [name.strip() for name in args.runners.split(",") if name.strip()]
