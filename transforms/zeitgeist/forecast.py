@@ -185,6 +185,19 @@ def _learn_spread(
     return clipped
 
 
+def predictor_in_use(
+    state: ModelState, params: ModelParams, window_start: int, window_ms: int
+) -> str:
+    """Which predictor `predict` uses for the window: "level", "season" (the
+    daily memory, or the one `seasonality` names) or "week" (auto's weekly
+    memory)."""
+    if state.history == 0:
+        return "level"
+    return _chosen(
+        state, params, _seasonal_roots(state, params, window_start, window_ms)
+    )
+
+
 def _chosen(state: ModelState, params: ModelParams, seasonal: dict[str, float]) -> str:
     """The predictor in use: "level", "season" (the main seasonal memory) or
     "week" (the automatic weekly one).
