@@ -31,6 +31,10 @@ MAD_TO_SIGMA = math.sqrt(math.pi / 2)
 MIN_SPREAD = 1.0
 # Windows over which a new model's spread is a plain mean of its residuals.
 YOUNG_WINDOWS = 12
+# Past weeks the automatic weekly memory must know at a slot to predict it:
+# one week's hour is a single noisy value, no evidence of a weekly pattern
+# (measured: it let the weekly predictor win by chance on two-week series).
+WEEKLY_MIN_KNOWN = 2
 
 
 def root(count: float) -> float:
@@ -203,9 +207,11 @@ def _chosen(state: ModelState, params: ModelParams, seasonal: dict[str, float]) 
     "week" (the automatic weekly one).
 
     Each seasonal predictor, daily before weekly, replaces the one chosen so
-    far while its error is below `seasonal_choice_ratio` times that one's:
-    a weekly season must predict clearly better than the daily one to be
-    used, so a series with no weekly pattern keeps its daily choice.
+    far while its error is below a ratio of that one's:
+    `seasonal_choice_ratio` against the level (a season must predict
+    clearly better than no season), `weekly_choice_ratio` for the weekly
+    season against the daily one (a week must predict better than a day),
+    so a series with no weekly pattern keeps its daily choice.
     """
     best = "level"
     for name in seasonal:
@@ -214,7 +220,7 @@ def _chosen(state: ModelState, params: ModelParams, seasonal: dict[str, float]) 
         error = getattr(state, f"{name}_error")
         ratio = (
             params.weekly_choice_ratio
-            if name == "week"
+            if best == "season"
             else params.seasonal_choice_ratio
         )
         if error < ratio * getattr(state, f"{best}_error"):
@@ -228,13 +234,15 @@ class _Memory:
 
     `name` prefixes its fields in `ModelState` (`<name>_roots`, `_offset`,
     `_spread`, `_error`). A slot covers `slot_ms` (one window or several:
-    then it holds their mean root).
+    then it holds their mean root). It predicts once `min_known` seasons
+    are known at the slot.
     """
 
     name: str
     season_ms: int
     slot_ms: int
     seasons: int
+    min_known: int = 1
 
     @property
     def slots(self) -> int:
@@ -264,7 +272,11 @@ def _memories(params: ModelParams, window_ms: int) -> list[_Memory]:
         extra = 1 if per_slot > 1 else 0
         memories.append(
             _Memory(
-                "week", WEEK_MS, per_slot * window_ms, params.seasonal_periods + extra
+                "week",
+                WEEK_MS,
+                per_slot * window_ms,
+                params.seasonal_periods + extra,
+                WEEKLY_MIN_KNOWN,
             )
         )
     return memories
@@ -286,7 +298,7 @@ def _seasonal_roots(
             for k in range(1, params.seasonal_periods + 1)
         ]
         known = [v for v in past if not math.isnan(v)]
-        if known:
+        if len(known) >= memory.min_known:
             offset = getattr(state, f"{memory.name}_offset")
             roots[memory.name] = statistics.median(known) + offset
     return roots
