@@ -47,7 +47,8 @@ class ModelParams:
     below `seasonal_choice_ratio` times the level's. `seasonality` is the
     season tried: "daily", "weekly", "none", or "auto": a daily and a
     weekly memory side by side, the weekly one used while its error is below
-    `weekly_choice_ratio` times that of the predictor it would replace. The
+    `weekly_choice_ratio` times the daily one's (or, where the level is in
+    use, `seasonal_choice_ratio` times the level's). The
     automatic weekly memory keeps one slot per `weekly_slot_minutes` (or per
     window, if longer), the mean of its windows: a week of 5-minute windows
     would be 2016 slots a season in every query's state, and the hour's
