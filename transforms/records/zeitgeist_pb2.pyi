@@ -84,7 +84,7 @@ class ModelUpdate(_message.Message):
     def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., revision: _Optional[int] = ..., history: _Optional[int] = ..., previous_window_start: _Optional[int] = ..., deviation: _Optional[float] = ..., new_normal: _Optional[bool] = ...) -> None: ...
 
 class ModelState(_message.Message):
-    __slots__ = ("history", "last_window_start", "excursion", "level", "level_spread", "level_error", "season_roots", "season_offset", "season_spread", "season_error", "excursion_sum")
+    __slots__ = ("history", "last_window_start", "excursion", "level", "level_spread", "level_error", "season_roots", "season_offset", "season_spread", "season_error", "excursion_sum", "week_roots", "week_offset", "week_spread", "week_error")
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     LAST_WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     EXCURSION_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +96,10 @@ class ModelState(_message.Message):
     SEASON_SPREAD_FIELD_NUMBER: _ClassVar[int]
     SEASON_ERROR_FIELD_NUMBER: _ClassVar[int]
     EXCURSION_SUM_FIELD_NUMBER: _ClassVar[int]
+    WEEK_ROOTS_FIELD_NUMBER: _ClassVar[int]
+    WEEK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WEEK_SPREAD_FIELD_NUMBER: _ClassVar[int]
+    WEEK_ERROR_FIELD_NUMBER: _ClassVar[int]
     history: int
     last_window_start: int
     excursion: int
@@ -107,7 +111,11 @@ class ModelState(_message.Message):
     season_spread: float
     season_error: float
     excursion_sum: float
-    def __init__(self, history: _Optional[int] = ..., last_window_start: _Optional[int] = ..., excursion: _Optional[int] = ..., level: _Optional[float] = ..., level_spread: _Optional[float] = ..., level_error: _Optional[float] = ..., season_roots: _Optional[_Iterable[float]] = ..., season_offset: _Optional[float] = ..., season_spread: _Optional[float] = ..., season_error: _Optional[float] = ..., excursion_sum: _Optional[float] = ...) -> None: ...
+    week_roots: _containers.RepeatedScalarFieldContainer[float]
+    week_offset: float
+    week_spread: float
+    week_error: float
+    def __init__(self, history: _Optional[int] = ..., last_window_start: _Optional[int] = ..., excursion: _Optional[int] = ..., level: _Optional[float] = ..., level_spread: _Optional[float] = ..., level_error: _Optional[float] = ..., season_roots: _Optional[_Iterable[float]] = ..., season_offset: _Optional[float] = ..., season_spread: _Optional[float] = ..., season_error: _Optional[float] = ..., excursion_sum: _Optional[float] = ..., week_roots: _Optional[_Iterable[float]] = ..., week_offset: _Optional[float] = ..., week_spread: _Optional[float] = ..., week_error: _Optional[float] = ...) -> None: ...
 
 class Anomaly(_message.Message):
     __slots__ = ("query", "kind", "window_start", "window_end", "actual", "expected", "score", "revision", "status", "episode_start", "episode_end", "peak_window_start", "peak_deviation", "peak_actual", "peak_expected", "duration_windows")

@@ -7,10 +7,11 @@ The spread of the noise is not assumed: each predictor learns its own from
 the query's residuals, so over-dispersed traffic is judged by its own
 standard, never below Poisson's.
 
-Two predictors (see `ModelParams`): a level, and a seasonal memory of the
-last few seasons whose median at the window's slot is robust to an episode
-on one of those days. The model uses the seasonal one while it clearly
-predicts better: seasonality is detected, not declared.
+Predictors (see `ModelParams`): a level, and a seasonal memory of the last
+few seasons whose median at the window's slot is robust to an episode on one
+of those days; with `seasonality: auto`, a daily and a weekly memory. The
+model uses a seasonal one while it clearly predicts better than the
+predictor it would replace: seasonality is detected, not declared.
 
 `fold` is called once per window in event-time order and takes the
 window's prediction *before* folding the window in, so the prediction for a
@@ -22,7 +23,7 @@ import math
 import statistics
 
 from transforms.records.zeitgeist_pb2 import ModelState
-from transforms.zeitgeist.params import SEASON_MS, ModelParams
+from transforms.zeitgeist.params import MINUTE_MS, SEASON_MS, WEEK_MS, ModelParams
 
 # The mean absolute deviation of a normal variable is sigma * sqrt(2 / pi).
 MAD_TO_SIGMA = math.sqrt(math.pi / 2)
@@ -30,6 +31,10 @@ MAD_TO_SIGMA = math.sqrt(math.pi / 2)
 MIN_SPREAD = 1.0
 # Windows over which a new model's spread is a plain mean of its residuals.
 YOUNG_WINDOWS = 12
+# Past weeks the automatic weekly memory must know at a slot to predict it:
+# one week's hour is a single noisy value, no evidence of a weekly pattern
+# (measured: it let the weekly predictor win by chance on two-week series).
+WEEKLY_MIN_KNOWN = 2
 
 
 def root(count: float) -> float:
@@ -74,11 +79,10 @@ def predict(
     """Expected count and its spread for the window at `window_start`."""
     if state.history == 0:
         return Prediction(expected=0.0, stddev=1.0, history=0)
-    seasonal = _seasonal_root(state, params, window_start, window_ms)
-    if seasonal is not None and _prefers_seasonal(state, params):
-        centre, spread = seasonal, state.season_spread
-    else:
-        centre, spread = state.level, state.level_spread
+    seasonal = _seasonal_roots(state, params, window_start, window_ms)
+    name = _chosen(state, params, seasonal)
+    centre = seasonal[name] if name != "level" else state.level
+    spread = getattr(state, f"{name}_spread")
     sigma = max(MAD_TO_SIGMA * spread, MIN_SPREAD)
     # d(count) = (root / 2) d(root): the spread in counts, for plots.
     return Prediction(
@@ -129,16 +133,17 @@ def _update(
     state.excursion_sum = (state.excursion_sum if going_on else 0.0) + (
         residual if state.excursion else 0.0
     )
-    seasonal = _seasonal_root(state, params, window_start, window_ms)
+    seasonal = _seasonal_roots(state, params, window_start, window_ms)
     if abs(state.excursion) > params.max_excursion_windows:
         # A shift this long is the new normal: the predictor in use moves by
         # it, rather than creeping there and alarming all the way. (The
-        # other one learns it from its own residuals.)
+        # others learn it from their own residuals.)
         shift = state.excursion_sum / abs(state.excursion)
-        if seasonal is not None and _prefers_seasonal(state, params):
-            state.season_offset += shift
-        else:
+        name = _chosen(state, params, seasonal)
+        if name == "level":
             state.level += shift
+        else:
+            setattr(state, f"{name}_offset", getattr(state, f"{name}_offset") + shift)
         state.excursion = 0
         state.excursion_sum = 0.0
         return True
@@ -155,16 +160,17 @@ def _update(
         state, "level", value - state.level, rate * spread_weight, params
     )
     state.level += params.alpha * weight * level_residual
-    if seasonal is not None:
-        if not state.season_spread:
-            # The seasonal predictor's first window: it starts from the
+    for name, centre in seasonal.items():
+        if not getattr(state, f"{name}_spread"):
+            # A seasonal predictor's first window: it starts from the
             # level's spread and error, and must earn its preference.
-            state.season_spread = state.level_spread
-            state.season_error = state.level_error
-        season_residual = _learn_spread(
-            state, "season", value - seasonal, params.spread_alpha * weight, params
+            setattr(state, f"{name}_spread", state.level_spread)
+            setattr(state, f"{name}_error", state.level_error)
+        residual = _learn_spread(
+            state, name, value - centre, params.spread_alpha * weight, params
         )
-        state.season_offset += params.alpha * weight * season_residual
+        offset = getattr(state, f"{name}_offset")
+        setattr(state, f"{name}_offset", offset + params.alpha * weight * residual)
     return False
 
 
@@ -183,27 +189,119 @@ def _learn_spread(
     return clipped
 
 
-def _prefers_seasonal(state: ModelState, params: ModelParams) -> bool:
-    return state.season_error < params.seasonal_choice_ratio * state.level_error
-
-
-def _seasonal_root(
+def predictor_in_use(
     state: ModelState, params: ModelParams, window_start: int, window_ms: int
-) -> float | None:
-    """Median of the slot's roots over the remembered seasons, plus offset."""
-    slots = _slots(params, window_ms)
-    if not slots or not state.season_roots:
-        return None
-    index = window_start // window_ms
-    size = len(state.season_roots)
-    past = [
-        state.season_roots[(index - k * slots) % size]
-        for k in range(1, params.seasonal_periods + 1)
-    ]
-    known = [v for v in past if not math.isnan(v)]
-    if not known:
-        return None
-    return statistics.median(known) + state.season_offset
+) -> str:
+    """Which predictor `predict` uses for the window: "level", "season" (the
+    daily memory, or the one `seasonality` names) or "week" (auto's weekly
+    memory)."""
+    if state.history == 0:
+        return "level"
+    return _chosen(
+        state, params, _seasonal_roots(state, params, window_start, window_ms)
+    )
+
+
+def _chosen(state: ModelState, params: ModelParams, seasonal: dict[str, float]) -> str:
+    """The predictor in use: "level", "season" (the main seasonal memory) or
+    "week" (the automatic weekly one).
+
+    Each seasonal predictor, daily before weekly, replaces the one chosen so
+    far while its error is below a ratio of that one's:
+    `seasonal_choice_ratio` against the level (a season must predict
+    clearly better than no season), `weekly_choice_ratio` for the weekly
+    season against the daily one (a week must predict better than a day),
+    so a series with no weekly pattern keeps its daily choice.
+    """
+    best = "level"
+    for name in seasonal:
+        if name == "week" and not state.week_spread:
+            continue  # its first window: nothing learned, nothing earned
+        error = getattr(state, f"{name}_error")
+        ratio = (
+            params.weekly_choice_ratio
+            if best == "season"
+            else params.seasonal_choice_ratio
+        )
+        if error < ratio * getattr(state, f"{best}_error"):
+            best = name
+    return best
+
+
+@dataclasses.dataclass(frozen=True)
+class _Memory:
+    """One seasonal memory: a ring of slots over `seasons` seasons.
+
+    `name` prefixes its fields in `ModelState` (`<name>_roots`, `_offset`,
+    `_spread`, `_error`). A slot covers `slot_ms` (one window or several:
+    then it holds their mean root). It predicts once `min_known` seasons
+    are known at the slot.
+    """
+
+    name: str
+    season_ms: int
+    slot_ms: int
+    seasons: int
+    min_known: int = 1
+
+    @property
+    def slots(self) -> int:
+        """Slots per season."""
+        return self.season_ms // self.slot_ms
+
+    @property
+    def size(self) -> int:
+        """Slots in the ring."""
+        return self.slots * self.seasons
+
+
+def _memories(params: ModelParams, window_ms: int) -> list[_Memory]:
+    """The seasonal memories tried at this window size, daily first."""
+    memories = []
+    season_ms = SEASON_MS[params.seasonality]
+    if season_ms and window_ms < season_ms:
+        memories.append(
+            _Memory("season", season_ms, window_ms, params.seasonal_periods)
+        )
+    if params.seasonality == "auto" and window_ms < WEEK_MS:
+        # Whole windows per slot, so that a window never spans two slots.
+        per_slot = max(1, params.weekly_slot_minutes * MINUTE_MS // window_ms)
+        # A slot of several windows is filled during the week that follows
+        # the ring's oldest season: one season more keeps that partial week
+        # out of the median, which must see only past weeks' slots.
+        extra = 1 if per_slot > 1 else 0
+        memories.append(
+            _Memory(
+                "week",
+                WEEK_MS,
+                per_slot * window_ms,
+                params.seasonal_periods + extra,
+                WEEKLY_MIN_KNOWN,
+            )
+        )
+    return memories
+
+
+def _seasonal_roots(
+    state: ModelState, params: ModelParams, window_start: int, window_ms: int
+) -> dict[str, float]:
+    """Each seasonal predictor's root for the window, by name, where known:
+    the median of the slot's roots over the remembered seasons, plus offset."""
+    roots = {}
+    for memory in _memories(params, window_ms):
+        ring = getattr(state, f"{memory.name}_roots")
+        if len(ring) != memory.size:
+            continue  # none yet, or kept at another window size
+        index = window_start // memory.slot_ms
+        past = [
+            ring[(index - k * memory.slots) % memory.size]
+            for k in range(1, params.seasonal_periods + 1)
+        ]
+        known = [v for v in past if not math.isnan(v)]
+        if len(known) >= memory.min_known:
+            offset = getattr(state, f"{memory.name}_offset")
+            roots[memory.name] = statistics.median(known) + offset
+    return roots
 
 
 def _remember(
@@ -213,14 +311,22 @@ def _remember(
     window_ms: int,
     value: float,
 ) -> None:
-    slots = _slots(params, window_ms)
-    if not slots:
-        return
-    if not state.season_roots:
-        state.season_roots.extend([math.nan] * (slots * params.seasonal_periods))
-    index = window_start // window_ms
-    # The seasonal median is taken against the offset at the time.
-    state.season_roots[index % len(state.season_roots)] = value - state.season_offset
+    for memory in _memories(params, window_ms):
+        ring = getattr(state, f"{memory.name}_roots")
+        if len(ring) != memory.size:
+            # A new memory, or one kept at another window size: start afresh.
+            del ring[:]
+            ring.extend([math.nan] * memory.size)
+        index = window_start // memory.slot_ms
+        # The seasonal median is taken against the offset at the time.
+        entry = value - getattr(state, f"{memory.name}_offset")
+        # The window's place in its slot: the first one replaces what the
+        # slot held a ring ago, later ones fold into the slot's mean.
+        position = (window_start % memory.slot_ms) // window_ms
+        held = ring[index % memory.size]
+        if position and not math.isnan(held):
+            entry = held + (entry - held) / (position + 1)
+        ring[index % memory.size] = entry
 
 
 def _forget_skipped(
@@ -228,21 +334,19 @@ def _forget_skipped(
 ) -> None:
     """Windows skipped since the last fold (an idle query) are unknown, not
     whatever their slots held a season or more ago."""
-    if not state.season_roots or not state.history:
+    if not state.history:
         return
-    size = len(state.season_roots)
-    first = state.last_window_start // window_ms + 1
-    last = window_start // window_ms
-    for index in range(first, min(last, first + size)):
-        state.season_roots[index % size] = math.nan
-
-
-def _slots(params: ModelParams, window_ms: int) -> int:
-    """Windows per season, or 0 when there is no season to try."""
-    season_ms = SEASON_MS[params.seasonality]
-    if not season_ms or window_ms >= season_ms:
-        return 0
-    return season_ms // window_ms
+    first_ms = state.last_window_start + window_ms
+    for memory in _memories(params, window_ms):
+        ring = getattr(state, f"{memory.name}_roots")
+        if len(ring) != memory.size:
+            continue
+        # Slots that begin in the gap; one partly folded before it keeps
+        # the mean of its windows so far.
+        first = -(-first_ms // memory.slot_ms)
+        last = -(-window_start // memory.slot_ms)
+        for index in range(first, min(last, first + memory.size)):
+            ring[index % memory.size] = math.nan
 
 
 def _excursion(run: int, z: float, params: ModelParams) -> int:

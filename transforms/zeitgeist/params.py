@@ -45,7 +45,14 @@ class ModelParams:
     spreads, weight `spread_alpha`) and its unclipped mean absolute error
     (weight `error_alpha`); the seasonal one is used while its error is
     below `seasonal_choice_ratio` times the level's. `seasonality` is the
-    season tried: "auto" (daily), "daily", "weekly", or "none".
+    season tried: "daily", "weekly", "none", or "auto": a daily and a
+    weekly memory side by side, the weekly one used while its error is below
+    `weekly_choice_ratio` times the daily one's (or, where the level is in
+    use, `seasonal_choice_ratio` times the level's). The
+    automatic weekly memory keeps one slot per `weekly_slot_minutes` (or per
+    window, if longer), the mean of its windows: a week of 5-minute windows
+    would be 2016 slots a season in every query's state, and the hour's
+    mean is also less noisy than one window (a weekly pattern is a slow one).
 
     A run of windows that starts beyond `excursion_sigma` spreads (and goes
     on while beyond `excursion_exit_sigma`, same side) is an excursion: for
@@ -65,9 +72,18 @@ class ModelParams:
     seasonality: str = "auto"
     seasonal_periods: int = 3
     seasonal_choice_ratio: float = 0.8
+    weekly_choice_ratio: float = 0.9
+    weekly_slot_minutes: int = 60
 
     def __post_init__(self) -> None:
-        for name in ("alpha", "spread_alpha", "error_alpha", "outlier_weight"):
+        for name in (
+            "alpha",
+            "spread_alpha",
+            "error_alpha",
+            "outlier_weight",
+            "seasonal_choice_ratio",
+            "weekly_choice_ratio",
+        ):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"model.{name} must be in (0, 1], got {value}")
@@ -76,13 +92,20 @@ class ModelParams:
             raise ValueError(
                 f"unknown seasonality {self.seasonality!r}; expected one of: {choices}"
             )
-        if self.seasonal_periods < 1 or self.max_excursion_windows < 1:
+        if (
+            self.seasonal_periods < 1
+            or self.max_excursion_windows < 1
+            or self.weekly_slot_minutes < 1
+        ):
             raise ValueError(
-                "model.seasonal_periods and model.max_excursion_windows must be >= 1"
+                "model.seasonal_periods, max_excursion_windows and "
+                "weekly_slot_minutes must be >= 1"
             )
 
 
-SEASON_MS = {"auto": DAY_MS, "none": 0, "daily": DAY_MS, "weekly": 7 * DAY_MS}
+WEEK_MS = 7 * DAY_MS
+# The season of the main seasonal memory; "auto" adds a weekly one beside it.
+SEASON_MS = {"auto": DAY_MS, "none": 0, "daily": DAY_MS, "weekly": WEEK_MS}
 
 
 @dataclasses.dataclass(frozen=True)
