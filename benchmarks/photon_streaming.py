@@ -30,18 +30,17 @@ growth is the median latency of the run's last third over its first third.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
-from process_memory import tree_rss
+from part_watcher import PartWatcher
+from process_memory import memory_growth, tree_rss
 from streaming_latency import Delivery, summarize
 
 from pipelines.outputs import write_parts
@@ -69,43 +68,6 @@ def joinable_at(logs) -> dict[str, float]:
         if click.click_id in logs.joinable and click.click_id not in ready:
             ready[click.click_id] = max(arrival, query_arrival[click.query_id]) / 1000
     return ready
-
-
-class JoinedWatcher:
-    """Notes when each joined click first appears in the parts of `output`."""
-
-    def __init__(self, output: Path, ready: dict[str, float]) -> None:
-        self._output = output
-        self._ready = ready
-        self._seen: set[Path] = set()
-        self.deliveries: list[Delivery] = []
-        self.click_ids: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self) -> JoinedWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._scan()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(0.05):
-            self._scan()
-
-    def _scan(self) -> None:
-        now = time.time()
-        for path in self._output.glob(f"{JOINED}-*.jsonl"):
-            if path in self._seen:
-                continue
-            self._seen.add(path)
-            for line in path.read_text().splitlines():
-                click_id = json.loads(line)["click"]["click_id"]
-                self.click_ids.append(click_id)
-                self.deliveries.append(Delivery(self._ready[click_id], 1, now))
 
 
 def run_photon(args, work: Path, memory: list[int]) -> tuple[list[Delivery], int]:
@@ -138,8 +100,16 @@ def run_photon(args, work: Path, memory: list[int]) -> tuple[list[Delivery], int
         FollowSettings(poll_seconds=0.2, max_disorder_seconds=1.0),
         write_parts(0.0),
     )
+    ready = joinable_at(logs)
+    click_ids: list[str] = []
+    deliveries: list[Delivery] = []
+
+    def delivered(_name: str, record: dict, seen_at: float) -> None:
+        click_ids.append(record["click"]["click_id"])
+        deliveries.append(Delivery(ready[click_ids[-1]], 1, seen_at))
+
     player = LivePlayer(played, tick_seconds=TICK_SECONDS).start()
-    with JoinedWatcher(output, joinable_at(logs)) as watcher:
+    with PartWatcher(output, [JOINED], delivered):
         result = pipeline.run()
         deadline = time.time() + args.warmup + args.seconds
         while time.time() < deadline:
@@ -151,8 +121,7 @@ def run_photon(args, work: Path, memory: list[int]) -> tuple[list[Delivery], int
         f"photon: {len(logs.clicks):,} click records and {len(logs.queries):,} "
         f"queries in the logs, {player.played:,} records played"
     )
-    repeated = len(watcher.click_ids) - len(set(watcher.click_ids))
-    return watcher.deliveries, repeated
+    return deliveries, len(click_ids) - len(set(click_ids))
 
 
 def run_peer(spark, args, work: Path) -> list[Delivery]:
@@ -265,14 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     _print_row("peer", peer, args.peer_seconds, peer)
     _print_row("photon", photon, args.seconds, peer)
     print(f"photon joined clicks written more than once: {repeated}")
-    if len(memory) >= 6:
-        third = len(memory) // 3
-        first = sorted(memory[:third])[third // 2] / 2**20
-        last = sorted(memory[-third:])[third // 2] / 2**20
-        print(
-            f"driver + JVM + workers RSS, median of first and last third: "
-            f"{first:,.0f} MiB, {last:,.0f} MiB ({last / first:.2f}x)"
-        )
+    if growth := memory_growth(memory):
+        print(growth)
 
 
 if __name__ == "__main__":

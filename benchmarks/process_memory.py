@@ -78,3 +78,17 @@ def process_tree(root: int) -> dict[int, tuple[str, int, float]]:
 
 def tree_rss(root: int) -> int:
     return sum(rss for _, rss, _ in process_tree(root).values())
+
+
+def memory_growth(samples: list[int]) -> str:
+    """A line comparing the median of the first and last thirds of RSS
+    `samples` (bytes), or "" with too few to tell."""
+    if len(samples) < 6:
+        return ""
+    third = len(samples) // 3
+    first = sorted(samples[:third])[third // 2] / 2**20
+    last = sorted(samples[-third:])[third // 2] / 2**20
+    return (
+        f"driver + JVM + workers RSS, median of first and last third: "
+        f"{first:,.0f} MiB, {last:,.0f} MiB ({last / first:.2f}x)"
+    )

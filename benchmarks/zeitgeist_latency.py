@@ -27,17 +27,16 @@ driver's and workers' memory is sampled by `process_memory`.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
-from process_memory import tree_rss
+from part_watcher import PartWatcher
+from process_memory import memory_growth, tree_rss
 from streaming_latency import Delivery, _read, run_peer, summarize
 
 from pipelines import config as config_loader
@@ -53,44 +52,6 @@ from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.zeitgeist.composite import ANOMALIES, WINDOW_COUNTS
 
 WINDOW_SECONDS = 10
-
-
-class OutputWatcher:
-    """Notes when each line of the parts under `output` first appears."""
-
-    def __init__(self, output: Path) -> None:
-        self._output = output
-        self._seen: set[Path] = set()
-        self.deliveries: dict[str, list[Delivery]] = {WINDOW_COUNTS: [], ANOMALIES: []}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-
-    def __enter__(self) -> OutputWatcher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._scan()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(0.05):
-            self._scan()
-
-    def _scan(self) -> None:
-        now = time.time()
-        for name, deliveries in self.deliveries.items():
-            for path in self._output.glob(f"{name}-*.jsonl"):
-                if path in self._seen:
-                    continue
-                self._seen.add(path)
-                for line in path.read_text().splitlines():
-                    record = json.loads(line)
-                    if name == ANOMALIES and record.get("status") != "OPENED":
-                        continue
-                    end_s = record["window_end"] / 1000
-                    deliveries.append(Delivery(end_s, record.get("count", 1), now))
 
 
 def run_zeitgeist(args, work: Path, memory: list[int]) -> dict[str, list]:
@@ -128,8 +89,16 @@ def run_zeitgeist(args, work: Path, memory: list[int]) -> dict[str, list]:
         read=lambda pattern, fmt: FollowSearchQueries(pattern, fmt, follow),
         write=write_parts(0.0),
     )
+    deliveries: dict[str, list[Delivery]] = {WINDOW_COUNTS: [], ANOMALIES: []}
+
+    def delivered(name: str, record: dict, seen_at: float) -> None:
+        if name == ANOMALIES and record.get("status") != "OPENED":
+            return
+        end_s = record["window_end"] / 1000
+        deliveries[name].append(Delivery(end_s, record.get("count", 1), seen_at))
+
     player = LivePlayer([stream_feed(stream, inbox)]).start()
-    with OutputWatcher(output) as watcher:
+    with PartWatcher(output, list(deliveries), delivered):
         result = pipeline.run()
         deadline = time.time() + args.warmup + args.seconds
         while time.time() < deadline:
@@ -141,7 +110,7 @@ def run_zeitgeist(args, work: Path, memory: list[int]) -> dict[str, list]:
         f"zeitgeist: {player.played:,} searches played, "
         f"{len(stream.episodes)} episodes in the stream"
     )
-    return watcher.deliveries
+    return deliveries
 
 
 def _print_row(name: str, row: dict, peer: dict | None) -> None:
@@ -204,14 +173,8 @@ def main() -> None:
     _print_row("zeitgeist: alert", alerts, peer)
     if counts.get("windows"):
         print(f"zeitgeist searches counted per window: {counts['rate']:,.0f}")
-    if len(memory) >= 6:
-        third = len(memory) // 3
-        first = sorted(memory[:third])[third // 2] / 2**20
-        last = sorted(memory[-third:])[third // 2] / 2**20
-        print(
-            f"driver + JVM + workers RSS, median of first and last third: "
-            f"{first:,.0f} MiB, {last:,.0f} MiB ({last / first:.2f}x)"
-        )
+    if growth := memory_growth(memory):
+        print(growth)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from apache_beam import Pipeline
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 from pipelines.cli import UsageError
+from pipelines.summary import counter_totals
 
 _log = logging.getLogger("pipelines.live")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -102,6 +104,33 @@ def run_until_stopped(
             if status_seconds and time.monotonic() >= next_status:
                 _log.info("%s", status(result))
                 next_status += status_seconds
+
+
+def run_job(
+    pipeline: Pipeline,
+    streaming: bool,
+    status_line: Callable[[dict[str, int], float, str], str],
+    namespaces: tuple[str, ...],
+    status_seconds: float,
+) -> PipelineResult:
+    """Runs a command's `pipeline`: a batch job to its end; a streaming one
+    until it ends or is stopped (`run_until_stopped`), logging
+    `status_line(totals, elapsed_s, watermark)` from the committed counters
+    of `namespaces`."""
+    if not streaming:
+        result = pipeline.run()
+        result.wait_until_finish()
+        return result
+    started = time.monotonic()
+    return run_until_stopped(
+        pipeline.run,
+        lambda result: status_line(
+            counter_totals(result, namespaces),
+            time.monotonic() - started,
+            watermark_lag(result),
+        ),
+        status_seconds,
+    )
 
 
 def watermark_lag(result: PipelineResult) -> str:

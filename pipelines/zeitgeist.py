@@ -296,19 +296,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         ", live until stopped (Ctrl-C)" if following else "",
     )
     started = time.monotonic()
-    if streaming:
-        result = live.run_until_stopped(
-            pipeline.run,
-            lambda result: zeitgeist_live.status_line(
-                counter_totals(result, METRIC_NAMESPACES),
-                time.monotonic() - started,
-                live.watermark_lag(result),
-            ),
-            config["live"]["status_seconds"],
-        )
-    else:
-        result = pipeline.run()
-        result.wait_until_finish()
+    result = live.run_job(
+        pipeline,
+        streaming,
+        zeitgeist_live.status_line,
+        METRIC_NAMESPACES,
+        config["live"]["status_seconds"],
+    )
     if player is not None:
         from testing.zeitgeist_generator import write_episodes
         from testing.zeitgeist_live import episodes_played

@@ -1,5 +1,6 @@
 """The model and detector as plain functions, on series shaped like real traffic."""
 
+import dataclasses
 import math
 import random
 
@@ -19,18 +20,30 @@ DAY = 288  # windows
 T0 = 1_767_571_200_000  # a midnight, UTC
 
 
-def run(counts, model=ModelParams(), detector=DetectorParams()):
-    """Fold `counts` window by window; the deviations, new-normal flags and
-    alert windows, as the pipeline would compute them."""
+@dataclasses.dataclass
+class Replay:
+    """What folding a series window by window gave, per window."""
+
+    deviations: list[float]
+    shifts: list[bool]
+    alerts: list[int]
+    in_use: list[str]
+    state: ModelState
+
+
+def replay(counts, model=ModelParams(), detector=DetectorParams(), window=WINDOW):
+    """Fold `counts` window by window, as the pipeline would: each window's
+    deviation, new-normal flag and predictor in use, and the alert windows."""
     state, detector_state = ModelState(), DetectorState()
-    deviations, shifts, alerts = [], [], []
+    result = Replay([], [], [], [], state)
     for w, count in enumerate(counts):
-        start = T0 + w * WINDOW
-        folded = fold(state, model, start, WINDOW, count)
+        start = T0 + w * window
+        result.in_use.append(predictor_in_use(state, model, start, window))
+        folded = fold(state, model, start, window, count)
         update = ModelUpdate(
             query="q",
             window_start=start,
-            window_end=start + WINDOW,
+            window_end=start + window,
             actual=count,
             expected=folded.prediction.expected,
             stddev=folded.prediction.stddev,
@@ -40,11 +53,17 @@ def run(counts, model=ModelParams(), detector=DetectorParams()):
         )
         verdict = update_confidence(detector_state, update, detector)
         record = episodes.advance(detector_state, update, verdict, detector)
-        deviations.append(update.deviation)
-        shifts.append(folded.new_normal)
+        result.deviations.append(update.deviation)
+        result.shifts.append(folded.new_normal)
         if record is not None and record.status == EpisodeStatus.OPENED:
-            alerts.append(w)
-    return deviations, shifts, alerts
+            result.alerts.append(w)
+    return result
+
+
+def run(counts, model=ModelParams(), detector=DetectorParams()):
+    """`replay` at 5-minute windows: deviations, new-normal flags, alerts."""
+    folded = replay(counts, model, detector)
+    return folded.deviations, folded.shifts, folded.alerts
 
 
 def test_the_spread_is_learned_from_the_data_at_any_scale():
@@ -119,30 +138,9 @@ def weekly_series(weeks, weekend_factor, seed=11):
 
 
 def run_half_hourly(counts, model=ModelParams()):
-    """`run` at half-hour windows, with the predictor used for each window."""
-    state, detector_state = ModelState(), DetectorState()
-    in_use, deviations, alerts = [], [], []
-    for w, count in enumerate(counts):
-        start = T0 + w * HALF_HOUR
-        in_use.append(predictor_in_use(state, model, start, HALF_HOUR))
-        folded = fold(state, model, start, HALF_HOUR, count)
-        update = ModelUpdate(
-            query="q",
-            window_start=start,
-            window_end=start + HALF_HOUR,
-            actual=count,
-            expected=folded.prediction.expected,
-            stddev=folded.prediction.stddev,
-            history=folded.prediction.history,
-            deviation=folded.prediction.deviation(count),
-            new_normal=folded.new_normal,
-        )
-        verdict = update_confidence(detector_state, update, DetectorParams())
-        record = episodes.advance(detector_state, update, verdict, DetectorParams())
-        deviations.append(update.deviation)
-        if record is not None and record.status == EpisodeStatus.OPENED:
-            alerts.append(w)
-    return in_use, deviations, alerts, state
+    """`replay` at half-hour windows, with the predictor used for each window."""
+    folded = replay(counts, model, window=HALF_HOUR)
+    return folded.in_use, folded.deviations, folded.alerts, folded.state
 
 
 def weekend(w):
