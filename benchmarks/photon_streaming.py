@@ -31,23 +31,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
 from part_watcher import PartWatcher
-from process_memory import memory_growth, tree_rss
-from streaming_latency import Delivery, summarize
+from process_memory import memory_growth, sample_tree_rss
+from streaming_latency import Delivery, local_session, streaming_options, summarize
 
 from pipelines.outputs import write_parts
 from pipelines.photon import build
 from runners.spark import SparkRunner
-from runners.spark.options import SparkOptions
-from runners.spark.session import get_or_create_session
 from testing.bigtable_emulator import BigtableEmulator
 from testing.live_player import LivePlayer
 from testing.photon_live import feeds, live_logs
@@ -79,13 +75,7 @@ def run_photon(args, work: Path, memory: list[int]) -> tuple[list[Delivery], int
     output = work / "photon"
     pipeline = beam.Pipeline(
         runner=SparkRunner(),
-        options=PipelineOptions(
-            [
-                "--streaming",
-                f"--checkpoint_dir={work / 'checkpoint'}",
-                f"--streaming_batch_interval_seconds={args.batch_interval}",
-            ]
-        ),
+        options=streaming_options(work / "checkpoint", args.batch_interval),
     )
     target = BigtableTarget("bench", f"photon-{uuid.uuid4().hex[:8]}")
     transform = PhotonJoin(target, "bench", JoinParams(shards=args.shards))
@@ -111,10 +101,7 @@ def run_photon(args, work: Path, memory: list[int]) -> tuple[list[Delivery], int
     player = LivePlayer(played, tick_seconds=TICK_SECONDS).start()
     with PartWatcher(output, [JOINED], delivered):
         result = pipeline.run()
-        deadline = time.time() + args.warmup + args.seconds
-        while time.time() < deadline:
-            time.sleep(5)
-            memory.append(tree_rss(os.getpid()))
+        memory.extend(sample_tree_rss(args.warmup + args.seconds))
         result.cancel()
     player.stop()
     print(
@@ -200,15 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     # Started first: Spark's Python workers, forked later, inherit its host.
     emulator = BigtableEmulator()
     emulator.start()
-    spark = get_or_create_session(
-        SparkOptions(
-            [
-                "--spark_master_url=local[2]",
-                "--spark_conf=spark.sql.shuffle.partitions=2",
-            ]
-        )
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session()
     work = Path(tempfile.mkdtemp(prefix="photon-streaming-"))
 
     t0 = time.time()

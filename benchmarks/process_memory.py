@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 
 # A sample walks all of /proc (about 2 ms of CPU here). Every 50 ms it took
@@ -92,3 +93,14 @@ def memory_growth(samples: list[int]) -> str:
         f"driver + JVM + workers RSS, median of first and last third: "
         f"{first:,.0f} MiB, {last:,.0f} MiB ({last / first:.2f}x)"
     )
+
+
+def sample_tree_rss(seconds: float, every_s: float = 5.0) -> list[int]:
+    """The RSS of this process tree every `every_s` for `seconds` (while a
+    job started before the call runs)."""
+    samples = []
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        time.sleep(every_s)
+        samples.append(tree_rss(os.getpid()))
+    return samples

@@ -136,13 +136,7 @@ def run_beam(kind: str, args, sink: Path, checkpoint: str) -> None:
     """One Beam pipeline on SparkRunner, cancelled after the measured time."""
     start = time.time()
     keys = args.keys
-    options = PipelineOptions(
-        [
-            "--streaming",
-            f"--checkpoint_dir={checkpoint}",
-            f"--streaming_batch_interval_seconds={args.batch_interval}",
-        ]
-    )
+    options = streaming_options(checkpoint, args.batch_interval)
     pipeline = beam.Pipeline(runner=SparkRunner(), options=options)
     keyed = (
         pipeline
@@ -194,6 +188,32 @@ def run_peer(spark, args, sink: Path, window_seconds: int = 1) -> None:
     query.stop()
 
 
+def local_session():
+    """The live benchmarks' SparkSession: local[2], two shuffle partitions
+    for the peers (one per core), Spark's own logging at ERROR."""
+    spark = get_or_create_session(
+        SparkOptions(
+            [
+                "--spark_master_url=local[2]",
+                "--spark_conf=spark.sql.shuffle.partitions=2",
+            ]
+        )
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def streaming_options(checkpoint: str | Path, batch_interval: float) -> PipelineOptions:
+    """Options of a streaming job on SparkRunner for the live benchmarks."""
+    return PipelineOptions(
+        [
+            "--streaming",
+            f"--checkpoint_dir={checkpoint}",
+            f"--streaming_batch_interval_seconds={batch_interval}",
+        ]
+    )
+
+
 def summarize(name: str, deliveries: list[Delivery], args, t0: float) -> dict:
     """Latency percentiles and rate over the measured windows."""
     measured = sorted(
@@ -228,15 +248,7 @@ def main() -> None:
     parser.add_argument("--engines", default="peer,millwheel,combine")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    spark = get_or_create_session(
-        SparkOptions(
-            [
-                "--spark_master_url=local[2]",
-                "--spark_conf=spark.sql.shuffle.partitions=2",
-            ]
-        )
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session()
     work = Path(tempfile.mkdtemp(prefix="streaming-latency-"))
     rows = []
     for engine in args.engines.split(","):

@@ -28,24 +28,27 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import tempfile
 import time
 from pathlib import Path
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
 from part_watcher import PartWatcher
-from process_memory import memory_growth, tree_rss
-from streaming_latency import Delivery, _read, run_peer, summarize
+from process_memory import memory_growth, sample_tree_rss
+from streaming_latency import (
+    Delivery,
+    _read,
+    local_session,
+    run_peer,
+    streaming_options,
+    summarize,
+)
 
 from pipelines import config as config_loader
 from pipelines.outputs import write_parts
 from pipelines.zeitgeist import build, zeitgeist_transform
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
-from runners.spark.options import SparkOptions
-from runners.spark.session import get_or_create_session
 from testing.live_player import LivePlayer
 from testing.zeitgeist_live import live_stream, stream_feed
 from transforms.records.follow import FollowSearchQueries, FollowSettings
@@ -70,13 +73,7 @@ def run_zeitgeist(args, work: Path, memory: list[int]) -> dict[str, list]:
     inbox, output = work / "inbox", work / "zeitgeist"
     pipeline = beam.Pipeline(
         runner=SparkRunner(),
-        options=PipelineOptions(
-            [
-                "--streaming",
-                f"--checkpoint_dir={work / 'checkpoint'}",
-                f"--streaming_batch_interval_seconds={args.batch_interval}",
-            ]
-        ),
+        options=streaming_options(work / "checkpoint", args.batch_interval),
     )
     follow = FollowSettings(poll_seconds=0.2, max_disorder_seconds=1.0)
     build(
@@ -100,10 +97,7 @@ def run_zeitgeist(args, work: Path, memory: list[int]) -> dict[str, list]:
     player = LivePlayer([stream_feed(stream, inbox)]).start()
     with PartWatcher(output, list(deliveries), delivered):
         result = pipeline.run()
-        deadline = time.time() + args.warmup + args.seconds
-        while time.time() < deadline:
-            time.sleep(5)
-            memory.append(tree_rss(os.getpid()))
+        memory.extend(sample_tree_rss(args.warmup + args.seconds))
         result.cancel()
     player.stop()
     print(
@@ -135,15 +129,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    spark = get_or_create_session(
-        SparkOptions(
-            [
-                "--spark_master_url=local[2]",
-                "--spark_conf=spark.sql.shuffle.partitions=2",
-            ]
-        )
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session()
     work = Path(tempfile.mkdtemp(prefix="zeitgeist-latency-"))
 
     peer_args = argparse.Namespace(
