@@ -6,13 +6,19 @@ polls Spark's status tracker and logs, every ``--spark_progress_seconds``,
 how long the pipeline has run and how many tasks of the running Spark
 stages are done. The translator logs what the driver is doing between jobs
 (collecting side inputs, running the stages).
+
+A streaming job commits several micro-batches a second, too many for a
+line each at INFO: :class:`BatchProgress` sums them up every
+``--spark_progress_seconds`` instead, and each batch's own line is DEBUG.
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 _LOGGER = logging.getLogger(__name__)
@@ -59,3 +65,40 @@ class ProgressLog:
             f"SparkRunner: {elapsed:.0f} s, {len(stages)} Spark stage(s) running, "
             f"tasks {done}/{total} done, {running} running"
         )
+
+
+class BatchProgress:
+    """Streaming: one INFO line every ``every_s`` seconds (0: never) on the
+    micro-batches committed since the last one."""
+
+    def __init__(
+        self, every_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._every_s = every_s
+        self._clock = clock
+        self._since = clock()
+        self._seconds: list[float] = []
+
+    def committed(
+        self, batch: int, seconds: float, watermark: str, oldest_timer: str
+    ) -> None:
+        """Notes batch ``batch``, committed after running ``seconds``; logs
+        the summary when it is due, with the watermark and the oldest
+        pending timer as of this batch."""
+        self._seconds.append(seconds)
+        now = self._clock()
+        if self._every_s <= 0 or now - self._since < self._every_s:
+            return
+        _LOGGER.info(
+            "SparkRunner streaming: %d batch(es) committed in the last %.0f s, "
+            "up to batch %d; median %.2f s, slowest %.2f s; output watermark "
+            "%s, oldest pending timer %s",
+            len(self._seconds),
+            now - self._since,
+            batch,
+            statistics.median(self._seconds),
+            max(self._seconds),
+            watermark,
+            oldest_timer,
+        )
+        self._since, self._seconds = now, []

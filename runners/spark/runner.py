@@ -134,6 +134,7 @@ class SparkRunner(runner.PipelineRunner):
             idle_timeout=float(spark_options.streaming_idle_timeout_seconds),
             max_records=int(spark_options.streaming_max_records_per_batch) or None,
             start_drained=self._is_drain,
+            progress_seconds=float(spark_options.spark_progress_seconds),
         )
         if settings.key_groups < 1:
             raise ValueError("--streaming_key_groups must be at least 1")

@@ -45,6 +45,7 @@ from runners.spark.job_position import JobPosition, Remainder
 from runners.spark.metrics import MetricsSnapshot
 from runners.spark.micro_batch import BatchSpec, MicroBatchTranslator
 from runners.spark.micro_batch_task import Deferred, PushedBack, SideChunk
+from runners.spark.progress import BatchProgress
 from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
 from runners.spark.watermark import MAX_MICROS, MIN_MICROS, event_horizon
 from runners.spark.watermark_manager import WatermarkManager, Watermarks
@@ -66,6 +67,8 @@ class StreamingSettings:
     max_records: int | None = None
     # Drain from the first batch (Beam's FnApiRunner(is_drain=True)).
     start_drained: bool = False
+    # Seconds between the INFO lines summing up committed batches (0: none).
+    progress_seconds: float = 30.0
 
 
 class StreamingJob:
@@ -99,6 +102,7 @@ class StreamingJob:
         )
         self._stop = threading.Event()
         self._drain = threading.Event()
+        self._progress = BatchProgress(settings.progress_seconds)
         if settings.start_drained:
             self._drain.set()
 
@@ -235,20 +239,24 @@ class StreamingJob:
         self.checkpoint.write_commit(spec.batch, self.position.to_record())
         self.checkpoint.prune(spec.batch)
         shutil.rmtree(spec.reports_dir, ignore_errors=True)
-        _LOGGER.info(
+        seconds = time.monotonic() - started
+        watermark = _format_micros(
+            min(spec.watermarks.pcollections.values(), default=MAX_MICROS)
+        )
+        oldest_timer = _format_micros(self._oldest_timer())
+        _LOGGER.debug(
             "SparkRunner streaming: batch %d committed in %.2f s: %d TestStream "
             "record(s) and %d resumed element(s) in, %d key group(s) woken, "
             "output watermark %s, oldest pending timer %s",
             spec.batch,
-            time.monotonic() - started,
+            seconds,
             spec.test_stream_records,
             sum(len(r) for r in spec.resumed.values()),
             sum(len(g) for g in spec.due_groups.values()),
-            _format_micros(
-                min(spec.watermarks.pcollections.values(), default=MAX_MICROS)
-            ),
-            _format_micros(self._oldest_timer()),
+            watermark,
+            oldest_timer,
         )
+        self._progress.committed(spec.batch, seconds, watermark, oldest_timer)
 
     # -- planning ------------------------------------------------------------
 

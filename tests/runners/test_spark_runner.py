@@ -23,6 +23,7 @@ from apache_beam.transforms import trigger, window
 from runners.spark import SparkRunner
 from runners.spark.errors import PipelineError
 from runners.spark.options import SparkOptions, master_url
+from runners.spark.progress import BatchProgress
 from runners.spark.session import ensure_python_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark_session")]
@@ -307,6 +308,34 @@ def test_a_long_run_logs_its_progress(caplog):
     assert any(
         r.getMessage().startswith("SparkRunner: done in") for r in caplog.records
     )
+
+
+def test_streaming_batches_are_summed_up_once_per_progress_interval(caplog):
+    caplog.set_level(logging.INFO, logger="runners.spark")
+    clock = iter([0.0, 4.0, 9.0, 10.5, 12.0, 18.0, 21.0, 22.0])
+    progress = BatchProgress(10.0, clock=lambda: next(clock))
+    for batch, seconds in enumerate([0.2, 0.3, 0.9, 0.25, 0.4, 0.1, 0.2]):
+        progress.committed(batch, seconds, f"wm{batch}", f"timer{batch}")
+    lines = [r.getMessage() for r in caplog.records]
+    # Batches 0-2 (t = 4, 9, 10.5) fill the first 10 s, 3-5 (t = 12, 18, 21)
+    # the next; batch 6 (t = 22) waits for a later line.
+    assert lines == [
+        "SparkRunner streaming: 3 batch(es) committed in the last 10 s, up to "
+        "batch 2; median 0.30 s, slowest 0.90 s; output watermark wm2, oldest "
+        "pending timer timer2",
+        "SparkRunner streaming: 3 batch(es) committed in the last 10 s, up to "
+        "batch 5; median 0.25 s, slowest 0.40 s; output watermark wm5, oldest "
+        "pending timer timer5",
+    ]
+
+
+def test_streaming_progress_lines_can_be_turned_off(caplog):
+    caplog.set_level(logging.INFO, logger="runners.spark")
+    clock = iter(range(100))
+    progress = BatchProgress(0, clock=lambda: next(clock))
+    for batch in range(50):
+        progress.committed(batch, 0.1, "wm", "none")
+    assert not caplog.records
 
 
 def test_runner_selected_by_dotted_name():
