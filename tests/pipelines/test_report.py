@@ -5,9 +5,9 @@ import json
 import os
 import subprocess
 import sys
-from html.parser import HTMLParser
 
 import pytest
+from report_page import Page
 
 from pipelines.report import write_report
 from transforms.records.readers import to_json_dict
@@ -23,36 +23,6 @@ WINDOW = 300_000
 WINDOWS = 24
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SCRIPT = "<script>alert(1)</script>"
-
-
-class Page(HTMLParser):
-    """What a reader sees: table rows, plot headings and image sources."""
-
-    def __init__(self, text: str):
-        super().__init__()
-        self.rows: list[list[str]] = []
-        self.headings: list[str] = []
-        self.images: list[str] = []
-        self.text: list[str] = []
-        self._tag = ""
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        self._tag = tag
-        if tag == "tr":
-            self.rows.append([])
-        elif tag == "img":
-            self.images.append(dict(attrs)["src"])
-
-    def handle_data(self, data):
-        self.text.append(data)
-        if self._tag == "td":
-            self.rows[-1].append(data)
-        elif self._tag == "h3":
-            self.headings.append(data)
-
-    def handle_endtag(self, tag):
-        self._tag = ""
 
 
 def score(query, window, actual=100, stddev=10.0, revision=0):

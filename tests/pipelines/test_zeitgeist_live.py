@@ -16,6 +16,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
+from report_page import Page
 
 from pipelines import config as config_loader
 from pipelines.outputs import write_parts
@@ -202,7 +203,7 @@ def test_a_dip_is_reported_while_the_job_runs(tmp_path, spark_session):
     assert {(a["query"], a["kind"]) for a in anomalies} == {("fading", "DIP")}
 
 
-def _cli(output, inbox, checkpoint) -> subprocess.Popen:
+def _cli(output, inbox, checkpoint, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     return subprocess.Popen(
         # Its own session: a SIGKILL of its tree leaves the test alone.
@@ -222,6 +223,7 @@ def _cli(output, inbox, checkpoint) -> subprocess.Popen:
             f"--checkpoint_dir={checkpoint}",
             "--poll_seconds=0.3",
             f"--max_disorder_seconds={DISORDER_SECONDS}",
+            *extra,
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -252,12 +254,13 @@ def test_sigterm_stops_cleanly_and_a_restart_counts_no_window_twice(tmp_path):
     for run, wave in enumerate((files[:2], files[2:])):
         for i, records in enumerate(wave):
             drop_file(inbox, f"run{run}-part{i}.jsonl", records)
-        job = _cli(output, inbox, checkpoint)
+        job = _cli(output, inbox, checkpoint, "--report")
         seen = len(_window_counts(output))
         _wait_for_more_counts(output, seen, timeout_s=180)
         job.send_signal(signal.SIGTERM)
         stdout, stderr = job.communicate(timeout=120)
         assert job.returncode == 0, stderr[-4000:]
+        _assert_report_shows_the_episodes_written(output, stdout)
         # The summary counts the job's committed batches, this run's and the
         # runs before, and every window they emitted is written: a stop
         # leaves nothing in the sinks' buffers.
@@ -274,6 +277,16 @@ def test_sigterm_stops_cleanly_and_a_restart_counts_no_window_twice(tmp_path):
     assert {(q, s): n for q, s, n in counts}.items() <= batch_counts.items()
     last = max(start for _, start in windows)
     assert {w for w in batch_counts if w[1] < last} <= set(windows)
+
+
+def _assert_report_shows_the_episodes_written(output, stdout: str) -> None:
+    """`--report` at a stop: the page is rewritten from every part written
+    so far, this run's and the runs' before."""
+    assert f"report: {output / 'report.html'}" in stdout
+    written = {json.loads(line)["query"] for line in _outputs(output)[ANOMALIES]}
+    assert written, "no anomaly yet: the page would be checked against nothing"
+    page = Page((output / "report.html").read_text(encoding="utf-8"))
+    assert {row[0] for row in page.rows if row} == written
 
 
 def test_the_live_generator_plays_searches_until_stopped(tmp_path):
