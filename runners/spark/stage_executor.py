@@ -258,9 +258,17 @@ class _RecordCap:
     def _watch(self) -> None:
         while not self._done.wait(_PROGRESS_POLL_S):
             count = self._harness.output_count(self._instruction_id, self._outputs)
-            if count >= self._limit:
+            if count < self._limit:
+                continue
+            try:
                 self.split = self._harness.checkpoint(self._instruction_id)
                 return
+            except ValueError:
+                # Beam sizes the split from an estimate of the bytes output,
+                # which is NaN while the elements are counted but none has
+                # been sized yet (`ConsumerSet.total_output_bytes`): the
+                # request fails before it changes the bundle, so ask again.
+                continue
 
     def stop(self) -> beam_fn_api_pb2.ProcessBundleSplitResponse | None:
         """Ends the watch (the bundle has ended); the split it made, if any."""
