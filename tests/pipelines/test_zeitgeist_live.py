@@ -1,7 +1,8 @@
 """Zeitgeist live (`--follow`) on SparkRunner in streaming: files dropped into
-a directory in waves give the batch run's anomalies and window counts, a dip
-is reported while the job runs, and the command stops cleanly on SIGTERM and
-resumes from its checkpoint without counting a window twice."""
+a directory in waves give the batch run's anomalies and window counts, on
+local Spark and on a standalone cluster; a dip is reported while the job
+runs; the command stops cleanly on SIGTERM and resumes from its checkpoint
+without counting a window twice."""
 
 import json
 import os
@@ -26,6 +27,7 @@ from runners.spark import SparkRunner
 from runners.spark.checkpoint import CheckpointDir
 from testing.inbox import cut, drop_file
 from testing.processes import kill_tree
+from testing.spark_cluster import SparkStandaloneCluster
 from testing.zeitgeist_generator import DAY_MS, HOUR_MS, StreamSpec, generate
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.zeitgeist_pb2 import SearchQuery
@@ -203,7 +205,9 @@ def test_a_dip_is_reported_while_the_job_runs(tmp_path, spark_session):
     assert {(a["query"], a["kind"]) for a in anomalies} == {("fading", "DIP")}
 
 
-def _cli(output, inbox, checkpoint, *extra: str) -> subprocess.Popen:
+def _cli(
+    output, inbox, checkpoint, *extra: str, master: str = "local[2]"
+) -> subprocess.Popen:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     return subprocess.Popen(
         # Its own session: a SIGKILL of its tree leaves the test alone.
@@ -219,7 +223,7 @@ def _cli(output, inbox, checkpoint, *extra: str) -> subprocess.Popen:
             str(output),
             "--write_window_counts",
             "--runner=SparkRunner",
-            "--spark_master_url=local[2]",
+            f"--spark_master_url={master}",
             f"--checkpoint_dir={checkpoint}",
             "--poll_seconds=0.3",
             f"--max_disorder_seconds={DISORDER_SECONDS}",
@@ -287,6 +291,44 @@ def _assert_report_shows_the_episodes_written(output, stdout: str) -> None:
     assert written, "no anomaly yet: the page would be checked against nothing"
     page = Page((output / "report.html").read_text(encoding="utf-8"))
     assert {row[0] for row in page.rows if row} == written
+
+
+def test_the_live_command_runs_on_a_standalone_cluster(tmp_path):
+    stream = _stream()
+    files = cut(stream.events, 2)
+    batch = _batch_run(files, tmp_path)
+    inbox, output = tmp_path / "inbox", tmp_path / "live"
+    inbox.mkdir()
+    for i, records in enumerate(files):
+        drop_file(inbox, f"part{i}.jsonl", records)
+    day_end = stream.spec.start_ms + DAY_MS
+    with SparkStandaloneCluster(cores=2, memory="2g") as cluster:
+        # Nothing more arrives: 2 s later the watermark reaches the newest
+        # search, and the windows before it close.
+        job = _cli(
+            output,
+            inbox,
+            tmp_path / "checkpoint",
+            "--idle_timeout_seconds=2",
+            master=cluster.master_url,
+        )
+        _wait_for(lambda: _closed_through(output) >= day_end - 15 * 60_000, 240)
+        job.send_signal(signal.SIGTERM)
+        stdout, stderr = job.communicate(timeout=120)
+    assert job.returncode == 0, stderr[-4000:]
+    assert "Zeitgeist summary" in stdout
+    closed_through = _closed_through(output)
+    assert closed_through >= day_end - 15 * 60_000
+    live = _outputs(output)
+    assert live[ANOMALIES], "the stream's episodes are alerted live"
+    for name in OUTPUTS:
+        assert live[name] == _up_to(batch[name], closed_through), name
+
+
+def _closed_through(output) -> int:
+    """The end of the latest window whose count is written (0: none yet)."""
+    ends = [json.loads(c)["window_end"] for c in _outputs(output)[WINDOW_COUNTS]]
+    return max(ends, default=0)
 
 
 def test_the_live_generator_plays_searches_until_stopped(tmp_path):
