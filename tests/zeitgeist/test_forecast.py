@@ -4,6 +4,8 @@ import dataclasses
 import math
 import random
 
+import pytest
+
 from transforms.records.zeitgeist_pb2 import (
     DetectorState,
     EpisodeStatus,
@@ -29,11 +31,20 @@ class Replay:
     alerts: list[int]
     in_use: list[str]
     state: ModelState
+    scores: list[float] = dataclasses.field(default_factory=list)
 
 
-def replay(counts, model=ModelParams(), detector=DetectorParams(), window=WINDOW):
+def replay(
+    counts,
+    model=ModelParams(),
+    detector=DetectorParams(),
+    window=WINDOW,
+    other_predictors=True,
+):
     """Fold `counts` window by window, as the pipeline would: each window's
-    deviation, new-normal flag and predictor in use, and the alert windows."""
+    deviation, new-normal flag, predictor in use and score, and the alert
+    windows. `other_predictors=False` leaves `least_deviation` out of the
+    updates, as an update from before that field had it."""
     state, detector_state = ModelState(), DetectorState()
     result = Replay([], [], [], [], state)
     for w, count in enumerate(counts):
@@ -51,8 +62,11 @@ def replay(counts, model=ModelParams(), detector=DetectorParams(), window=WINDOW
             deviation=folded.prediction.deviation(count),
             new_normal=folded.new_normal,
         )
+        if other_predictors and folded.prediction.others:
+            update.least_deviation = folded.prediction.least_deviation(count)
         verdict = update_confidence(detector_state, update, detector)
         record = episodes.advance(detector_state, update, verdict, detector)
+        result.scores.append(verdict.score)
         result.deviations.append(update.deviation)
         result.shifts.append(folded.new_normal)
         if record is not None and record.status == EpisodeStatus.OPENED:
@@ -117,6 +131,85 @@ def test_one_burst_alone_does_not_alert_but_two_windows_do():
     assert run(two)[2] == [21]
 
 
+def noisy(windows, rate=1000, seed=13):
+    """Poisson-like counts around `rate`, 5-minute windows, no season."""
+    rng = random.Random(seed)
+    return [max(0, round(rate + rng.gauss(0, math.sqrt(rate)))) for _ in range(windows)]
+
+
+NO_SEASON = ModelParams(seasonality="none")
+NO_LONE = DetectorParams(lone_sigma=0.0)
+
+
+def test_a_lone_far_out_window_opens_an_episode_where_past_windows_stayed_close():
+    counts = noisy(2 * DAY)
+    counts[500] = 2000  # ~ 25 spreads of noise, one window
+    folded = replay(counts, NO_SEASON)
+    assert abs(folded.deviations[500]) > 10
+    assert max(abs(d) for d in folded.deviations[100:500]) < 5
+    assert folded.alerts == [500]
+    # Without the rule the window is one burst, which the CUSUM ignores.
+    assert replay(counts, NO_SEASON, NO_LONE).alerts == []
+
+
+def test_lone_windows_are_not_far_out_on_a_query_that_often_has_them():
+    counts = noisy(2 * DAY)
+    bursts = range(40, 2 * DAY, 36)  # every three hours, all alike
+    for w in bursts:
+        counts[w] = 2000
+    folded = replay(counts, NO_SEASON)
+    assert all(abs(folded.deviations[w]) > 10 for w in bursts)
+    # The first day is the warm-up; after it, the query's own tail holds
+    # bursts as far out as these: none is far out for it.
+    assert [w for w in folded.alerts if w >= DAY] == []
+    # A burst well beyond them still is.
+    counts[500] = 4000
+    assert 500 in replay(counts, NO_SEASON).alerts
+
+
+def test_a_young_query_has_no_tail_yet_and_needs_two_windows():
+    counts = noisy(DAY // 2)
+    counts[100] = 2000
+    assert replay(counts, NO_SEASON).alerts == []
+    assert replay(counts, NO_SEASON, DetectorParams(lone_warmup_hours=0.0)).alerts == [
+        100
+    ]
+
+
+def test_the_tail_forgets_with_its_half_life():
+    counts = noisy(4 * DAY)
+    counts[350] = 3000
+    counts[900] = 2000  # two days later: below the record, above its half
+    assert replay(counts, NO_SEASON).alerts == [350]
+    short = DetectorParams(lone_half_life_hours=12.0)
+    assert replay(counts, NO_SEASON, short).alerts == [350, 900]
+
+
+def test_a_lone_window_is_judged_online():
+    counts = noisy(2 * DAY)
+    counts[500] = 2000
+    later = list(counts)
+    later[501:510] = [4000] * 9
+    first, second = replay(counts, NO_SEASON), replay(later, NO_SEASON)
+    assert first.scores[:501] == second.scores[:501]
+    assert first.alerts[:1] == second.alerts[:1] == [500]
+
+
+def test_novelty_of_the_recent_windows_can_open_episodes_and_is_off_by_default():
+    counts = noisy(2 * DAY, rate=400)
+    # Two hours of windows alternately far above and far below: no CUSUM
+    # side builds up (each window drains the other), but the recent mean
+    # |deviation| is far beyond anything this query has done.
+    for w in range(400, 424):
+        counts[w] = 560 if w % 2 else 250
+    assert not [w for w in replay(counts, NO_SEASON, NO_LONE).alerts if w >= 400]
+    novelty = DetectorParams(lone_sigma=0.0, novelty="evidence")
+    opened = [w for w in replay(counts, NO_SEASON, novelty).alerts if w >= 400]
+    assert opened and opened[0] < 412
+    with pytest.raises(ValueError, match="novelty"):
+        DetectorParams(novelty="sometimes")
+
+
 HALF_HOUR = 1_800_000
 HALF_HOURS_A_DAY = 48
 # Two weekend days a week at 40% of a weekday's traffic.
@@ -162,6 +255,21 @@ def test_a_weekend_dip_is_predicted_by_the_weekly_memory_after_a_few_weeks():
     # The daily season alone cannot know the weekend: it alarms on it.
     _, _, daily_alerts, _ = run_half_hourly(counts, ModelParams(seasonality="daily"))
     assert [w for w in daily_alerts if w >= settled and weekend(w)]
+
+
+def test_a_window_another_predictor_expects_is_not_far_out_for_the_query():
+    # Saturday's first windows are far from the daily predictor still in
+    # use, every week alike, but the weekly memory expects them.
+    counts = weekly_series(6, WEEKEND_FACTOR)
+    week = 7 * HALF_HOURS_A_DAY
+    settled = 3 * week
+    saturdays = {w for w in range(settled, len(counts)) if w % week in (240, 241)}
+    folded = replay(counts, window=HALF_HOUR)
+    assert max(abs(folded.deviations[w]) for w in saturdays) > 6
+    assert not [w for w in folded.alerts if w >= settled]
+    # Judged on the predictor in use alone, they alert most weeks.
+    alone = replay(counts, window=HALF_HOUR, other_predictors=False)
+    assert len(set(alone.alerts) & saturdays) >= 2
 
 
 def test_a_series_with_no_weekly_pattern_keeps_the_daily_choice():

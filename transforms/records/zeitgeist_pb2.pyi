@@ -58,7 +58,7 @@ class WindowCount(_message.Message):
     def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., count: _Optional[int] = ..., revision: _Optional[int] = ..., previous_window_start: _Optional[int] = ...) -> None: ...
 
 class ModelUpdate(_message.Message):
-    __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "revision", "history", "previous_window_start", "deviation", "new_normal")
+    __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "revision", "history", "previous_window_start", "deviation", "new_normal", "least_deviation")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     WINDOW_END_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +70,7 @@ class ModelUpdate(_message.Message):
     PREVIOUS_WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     DEVIATION_FIELD_NUMBER: _ClassVar[int]
     NEW_NORMAL_FIELD_NUMBER: _ClassVar[int]
+    LEAST_DEVIATION_FIELD_NUMBER: _ClassVar[int]
     query: str
     window_start: int
     window_end: int
@@ -81,7 +82,8 @@ class ModelUpdate(_message.Message):
     previous_window_start: int
     deviation: float
     new_normal: bool
-    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., revision: _Optional[int] = ..., history: _Optional[int] = ..., previous_window_start: _Optional[int] = ..., deviation: _Optional[float] = ..., new_normal: _Optional[bool] = ...) -> None: ...
+    least_deviation: float
+    def __init__(self, query: _Optional[str] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., stddev: _Optional[float] = ..., revision: _Optional[int] = ..., history: _Optional[int] = ..., previous_window_start: _Optional[int] = ..., deviation: _Optional[float] = ..., new_normal: _Optional[bool] = ..., least_deviation: _Optional[float] = ...) -> None: ...
 
 class ModelState(_message.Message):
     __slots__ = ("history", "last_window_start", "excursion", "level", "level_spread", "level_error", "season_roots", "season_offset", "season_spread", "season_error", "excursion_sum", "week_roots", "week_offset", "week_spread", "week_error")
@@ -154,7 +156,7 @@ class Anomaly(_message.Message):
     def __init__(self, query: _Optional[str] = ..., kind: _Optional[_Union[AnomalyKind, str]] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., score: _Optional[float] = ..., revision: _Optional[int] = ..., status: _Optional[_Union[EpisodeStatus, str]] = ..., episode_start: _Optional[int] = ..., episode_end: _Optional[int] = ..., peak_window_start: _Optional[int] = ..., peak_deviation: _Optional[float] = ..., peak_actual: _Optional[int] = ..., peak_expected: _Optional[float] = ..., duration_windows: _Optional[int] = ...) -> None: ...
 
 class DetectorState(_message.Message):
-    __slots__ = ("spike", "dip", "evidence_mean", "last_window_start", "quiet_windows", "episode", "episode_last_abnormal")
+    __slots__ = ("spike", "dip", "evidence_mean", "last_window_start", "quiet_windows", "episode", "episode_last_abnormal", "deviation_record", "novelty_recent", "novelty_mean", "novelty_spread")
     SPIKE_FIELD_NUMBER: _ClassVar[int]
     DIP_FIELD_NUMBER: _ClassVar[int]
     EVIDENCE_MEAN_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +164,10 @@ class DetectorState(_message.Message):
     QUIET_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     EPISODE_FIELD_NUMBER: _ClassVar[int]
     EPISODE_LAST_ABNORMAL_FIELD_NUMBER: _ClassVar[int]
+    DEVIATION_RECORD_FIELD_NUMBER: _ClassVar[int]
+    NOVELTY_RECENT_FIELD_NUMBER: _ClassVar[int]
+    NOVELTY_MEAN_FIELD_NUMBER: _ClassVar[int]
+    NOVELTY_SPREAD_FIELD_NUMBER: _ClassVar[int]
     spike: float
     dip: float
     evidence_mean: float
@@ -169,7 +175,11 @@ class DetectorState(_message.Message):
     quiet_windows: int
     episode: Anomaly
     episode_last_abnormal: int
-    def __init__(self, spike: _Optional[float] = ..., dip: _Optional[float] = ..., evidence_mean: _Optional[float] = ..., last_window_start: _Optional[int] = ..., quiet_windows: _Optional[int] = ..., episode: _Optional[_Union[Anomaly, _Mapping]] = ..., episode_last_abnormal: _Optional[int] = ...) -> None: ...
+    deviation_record: float
+    novelty_recent: float
+    novelty_mean: float
+    novelty_spread: float
+    def __init__(self, spike: _Optional[float] = ..., dip: _Optional[float] = ..., evidence_mean: _Optional[float] = ..., last_window_start: _Optional[int] = ..., quiet_windows: _Optional[int] = ..., episode: _Optional[_Union[Anomaly, _Mapping]] = ..., episode_last_abnormal: _Optional[int] = ..., deviation_record: _Optional[float] = ..., novelty_recent: _Optional[float] = ..., novelty_mean: _Optional[float] = ..., novelty_spread: _Optional[float] = ...) -> None: ...
 
 class WindowScore(_message.Message):
     __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "score", "spike_confidence", "dip_confidence", "revision", "history", "deviation")

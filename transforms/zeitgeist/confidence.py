@@ -8,8 +8,9 @@ half the threshold. A single noisy window rarely passes the threshold; a
 real episode does within a window or two. Three guards keep
 real traffic from alarming all day:
 
-- z is clipped at `max_deviation_sigma`: one burst, however tall, cannot
-  open an episode alone, so heavy tails need a second window;
+- z is clipped at `max_deviation_sigma`: one burst cannot open an episode
+  through the CUSUM alone, so heavy tails need a second window (but see the
+  lone window below);
 - the evidence is divided by ``1 + burst_tolerance * m``, m being its own
   long-run mean: a query whose evidence often runs high needs more;
 - when the model adopts a lasting shift as the new normal, the evidence
@@ -17,6 +18,18 @@ real traffic from alarming all day:
 
 The score ``e / (e + threshold)`` is in [0, 1), 0.5 at the threshold, and
 keeps rising with the evidence, so a user can pick an operating point.
+
+A lone window far out *for the query* opens an episode alone
+(`lone_sigma` > 0): its deviation from the closest of the model's
+predictors beats `lone_sigma` and `lone_ratio` times the query's own far
+tail, the largest such deviation seen, halving every
+`lone_half_life_hours` (kept in `DetectorState.deviation_record`). A query
+that often has lone windows that far out keeps a high tail and needs more.
+
+`novelty` (off by default; measured in docs/detector-research.md) lets how
+unusual the recent windows are for the query open episodes too, or instead
+of the CUSUM: the recent mean of the clipped |z| in mean absolute spreads
+above its own long-run mean.
 """
 
 import dataclasses
@@ -27,6 +40,11 @@ from transforms.zeitgeist.params import DetectorParams
 # Evidence beyond this many thresholds adds no more to the long-run mean:
 # one long episode must not make a query deaf for days.
 MEAN_CAP_THRESHOLDS = 3.0
+# The novelty's spread never goes below this (in spreads of noise): a query
+# whose deviations have been flat (a constant series) is not novel at every
+# wobble.
+NOVELTY_MIN_SPREAD = 0.1
+HOUR_MS = 3_600_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,4 +87,90 @@ def update_confidence(
     kind = None
     if evidence > params.threshold:
         kind = "SPIKE" if spike >= dip else "DIP"
-    return Verdict(evidence, evidence / (evidence + params.threshold), kind)
+    score = evidence / (evidence + params.threshold)
+    if params.novelty != "off":
+        novelty = _novelty(state, update, params)
+        novel = novelty / (novelty + params.novelty_sigma) if novelty > 0 else 0.0
+        if params.novelty == "evidence":
+            score = novel
+            kind = None
+        else:
+            score = max(score, novel)
+        if kind is None and novelty > params.novelty_sigma:
+            kind = "SPIKE" if spike >= dip else "DIP"
+        # An episode the novelty opened stays open while the novelty is high.
+        evidence = max(evidence, params.threshold * novelty / params.novelty_sigma)
+    if params.lone_sigma:
+        far = _far_out(state, update, params)
+        if far > 1.0 and kind is None:
+            kind = "SPIKE" if _least_deviation(update) > 0 else "DIP"
+            evidence = max(evidence, params.threshold * far)
+            score = max(score, evidence / (evidence + params.threshold))
+    return Verdict(evidence, score, kind)
+
+
+def _far_out(
+    state: DetectorState, update: ModelUpdate, params: DetectorParams
+) -> float:
+    """How far the window's |deviation| is beyond the query's own far tail
+    (a ratio, > 1 when it is beyond), and that tail updated (in place).
+
+    The tail is the largest |deviation| seen so far, decaying by half every
+    `lone_half_life_hours` of event time: a query that often has lone
+    windows this far out keeps a high record and needs more; one whose
+    past windows stayed close needs only `lone_sigma`. Judged before the
+    window joins the tail, and only once the detector has judged the query
+    for `lone_warmup_hours`: a young model's tail is not yet known.
+    """
+    deviation = _least_deviation(update)
+    size = abs(deviation)
+    level = max(params.lone_sigma, params.lone_ratio * state.deviation_record)
+    side_ok = (
+        update.expected >= params.min_expected_for_spike
+        if deviation > 0
+        else update.expected >= params.min_expected_for_dip
+    )
+    window_ms = update.window_end - update.window_start
+    decay = 0.5 ** (window_ms / (params.lone_half_life_hours * HOUR_MS))
+    state.deviation_record = max(size, decay * state.deviation_record)
+    judged_ms = (update.history - params.min_history_windows) * window_ms
+    if not side_ok or judged_ms < params.lone_warmup_hours * HOUR_MS:
+        return 0.0
+    return size / level
+
+
+def _least_deviation(update: ModelUpdate) -> float:
+    """The window's deviation from the closest of the model's predictors."""
+    if update.HasField("least_deviation"):
+        return update.least_deviation
+    return update.deviation
+
+
+def _novelty(
+    state: DetectorState, update: ModelUpdate, params: DetectorParams
+) -> float:
+    """How unusual the recent windows are for this query: the recent mean of
+    the clipped |deviation| (over about `novelty_windows`), in mean absolute
+    spreads above its own long-run mean (memory `evidence_memory_windows`);
+    judged against the long-run figures before the window joins them."""
+    size = min(abs(update.deviation), params.max_deviation_sigma)
+    state.novelty_recent += (size - state.novelty_recent) / params.novelty_windows
+    seen = update.history - params.min_history_windows + 1
+    if seen <= 1:
+        state.novelty_mean = state.novelty_recent
+        state.novelty_spread = 0.0
+        return 0.0
+    spread = max(state.novelty_spread, NOVELTY_MIN_SPREAD)
+    novelty = (state.novelty_recent - state.novelty_mean) / spread
+    rate = max(1.0 / seen, 1.0 / params.evidence_memory_windows)
+    # The long-run figures learn from a window as it is clipped at the
+    # threshold, so that one long episode does not make the query deaf.
+    recent = min(
+        state.novelty_recent,
+        state.novelty_mean + params.novelty_sigma * spread,
+    )
+    state.novelty_spread += rate * (
+        abs(recent - state.novelty_mean) - state.novelty_spread
+    )
+    state.novelty_mean += rate * (recent - state.novelty_mean)
+    return novelty if seen > params.novelty_windows else 0.0

@@ -56,12 +56,26 @@ class Prediction:
     history: int
     root: float = 0.0
     spread: float = MIN_SPREAD
+    # The other predictors that know the window, as (root, spread): a
+    # window one of them expects is not far out for the query.
+    others: tuple[tuple[float, float], ...] = ()
 
     def deviation(self, actual: int) -> float:
         """How far `actual` is from the prediction, in spreads of noise."""
         if self.history == 0:
             return 0.0
         return (root(actual) - self.root) / self.spread
+
+    def least_deviation(self, actual: int) -> float:
+        """`deviation`, or the smallest (in size) of the deviations from the
+        other predictors if one is smaller: how far out the window is for
+        every predictor of the model."""
+        least = self.deviation(actual)
+        for centre, spread in self.others:
+            other = (root(actual) - centre) / spread
+            if abs(other) < abs(least):
+                least = other
+        return least
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +96,12 @@ def predict(
     seasonal = _seasonal_roots(state, params, window_start, window_ms)
     name = _chosen(state, params, seasonal)
     centre = seasonal[name] if name != "level" else state.level
-    spread = getattr(state, f"{name}_spread")
-    sigma = max(MAD_TO_SIGMA * spread, MIN_SPREAD)
+    sigma = _sigma(state, name)
+    others = tuple(
+        (other, _sigma(state, other_name))
+        for other_name, other in [("level", state.level), *seasonal.items()]
+        if other_name != name and getattr(state, f"{other_name}_spread")
+    )
     # d(count) = (root / 2) d(root): the spread in counts, for plots.
     return Prediction(
         expected=unroot(centre),
@@ -91,7 +109,13 @@ def predict(
         history=state.history,
         root=centre,
         spread=sigma,
+        others=others,
     )
+
+
+def _sigma(state: ModelState, name: str) -> float:
+    """A predictor's spread of noise on the root scale."""
+    return max(MAD_TO_SIGMA * getattr(state, f"{name}_spread"), MIN_SPREAD)
 
 
 def fold(

@@ -24,6 +24,9 @@ METRICS_NAMESPACE = "millwheel.zeitgeist"
 # Models waiting for the end of the bundle are written early past this many
 # queries, which bounds the buffer's memory.
 MAX_UNSAVED_MODELS = 1000
+# The fields of a `Prediction` that `recent` keeps: expected, stddev,
+# history, root, spread.
+RECENT_FIELDS = 5
 
 _log = logging.getLogger(__name__)
 
@@ -171,7 +174,12 @@ class ModelCalculator(beam.DoFn):
             folded = fold(
                 state, self._params, ready.window_start, self._window_ms, ready.count
             )
-            predictions[ready.window_start] = dataclasses.astuple(folded.prediction)
+            # The prediction in use, for corrections (`recent`'s coder): the
+            # other predictors are not kept, so a correction's update has no
+            # `least_deviation` and is judged on its `deviation` alone.
+            predictions[ready.window_start] = dataclasses.astuple(folded.prediction)[
+                :RECENT_FIELDS
+            ]
             yield (
                 key,
                 model_update(key, ready, folded.prediction, emitted, folded.new_normal),
@@ -288,6 +296,8 @@ def model_update(
         deviation=prediction.deviation(window.count),
         new_normal=new_normal,
     )
+    if prediction.others:
+        update.least_deviation = prediction.least_deviation(window.count)
     if previous is not None:
         update.previous_window_start = previous
     return update
