@@ -4,8 +4,6 @@ import dataclasses
 import math
 import random
 
-import pytest
-
 from transforms.records.zeitgeist_pb2 import (
     DetectorState,
     EpisodeStatus,
@@ -193,21 +191,6 @@ def test_a_lone_window_is_judged_online():
     first, second = replay(counts, NO_SEASON), replay(later, NO_SEASON)
     assert first.scores[:501] == second.scores[:501]
     assert first.alerts[:1] == second.alerts[:1] == [500]
-
-
-def test_novelty_of_the_recent_windows_can_open_episodes_and_is_off_by_default():
-    counts = noisy(2 * DAY, rate=400)
-    # Two hours of windows alternately far above and far below: no CUSUM
-    # side builds up (each window drains the other), but the recent mean
-    # |deviation| is far beyond anything this query has done.
-    for w in range(400, 424):
-        counts[w] = 560 if w % 2 else 250
-    assert not [w for w in replay(counts, NO_SEASON, NO_LONE).alerts if w >= 400]
-    novelty = DetectorParams(lone_sigma=0.0, novelty="evidence")
-    opened = [w for w in replay(counts, NO_SEASON, novelty).alerts if w >= 400]
-    assert opened and opened[0] < 412
-    with pytest.raises(ValueError, match="novelty"):
-        DetectorParams(novelty="sometimes")
 
 
 HALF_HOUR = 1_800_000

@@ -156,7 +156,7 @@ class Anomaly(_message.Message):
     def __init__(self, query: _Optional[str] = ..., kind: _Optional[_Union[AnomalyKind, str]] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., score: _Optional[float] = ..., revision: _Optional[int] = ..., status: _Optional[_Union[EpisodeStatus, str]] = ..., episode_start: _Optional[int] = ..., episode_end: _Optional[int] = ..., peak_window_start: _Optional[int] = ..., peak_deviation: _Optional[float] = ..., peak_actual: _Optional[int] = ..., peak_expected: _Optional[float] = ..., duration_windows: _Optional[int] = ...) -> None: ...
 
 class DetectorState(_message.Message):
-    __slots__ = ("spike", "dip", "evidence_mean", "last_window_start", "quiet_windows", "episode", "episode_last_abnormal", "deviation_record", "novelty_recent", "novelty_mean", "novelty_spread")
+    __slots__ = ("spike", "dip", "evidence_mean", "last_window_start", "quiet_windows", "episode", "episode_last_abnormal", "deviation_record")
     SPIKE_FIELD_NUMBER: _ClassVar[int]
     DIP_FIELD_NUMBER: _ClassVar[int]
     EVIDENCE_MEAN_FIELD_NUMBER: _ClassVar[int]
@@ -165,9 +165,6 @@ class DetectorState(_message.Message):
     EPISODE_FIELD_NUMBER: _ClassVar[int]
     EPISODE_LAST_ABNORMAL_FIELD_NUMBER: _ClassVar[int]
     DEVIATION_RECORD_FIELD_NUMBER: _ClassVar[int]
-    NOVELTY_RECENT_FIELD_NUMBER: _ClassVar[int]
-    NOVELTY_MEAN_FIELD_NUMBER: _ClassVar[int]
-    NOVELTY_SPREAD_FIELD_NUMBER: _ClassVar[int]
     spike: float
     dip: float
     evidence_mean: float
@@ -176,10 +173,7 @@ class DetectorState(_message.Message):
     episode: Anomaly
     episode_last_abnormal: int
     deviation_record: float
-    novelty_recent: float
-    novelty_mean: float
-    novelty_spread: float
-    def __init__(self, spike: _Optional[float] = ..., dip: _Optional[float] = ..., evidence_mean: _Optional[float] = ..., last_window_start: _Optional[int] = ..., quiet_windows: _Optional[int] = ..., episode: _Optional[_Union[Anomaly, _Mapping]] = ..., episode_last_abnormal: _Optional[int] = ..., deviation_record: _Optional[float] = ..., novelty_recent: _Optional[float] = ..., novelty_mean: _Optional[float] = ..., novelty_spread: _Optional[float] = ...) -> None: ...
+    def __init__(self, spike: _Optional[float] = ..., dip: _Optional[float] = ..., evidence_mean: _Optional[float] = ..., last_window_start: _Optional[int] = ..., quiet_windows: _Optional[int] = ..., episode: _Optional[_Union[Anomaly, _Mapping]] = ..., episode_last_abnormal: _Optional[int] = ..., deviation_record: _Optional[float] = ...) -> None: ...
 
 class WindowScore(_message.Message):
     __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "score", "spike_confidence", "dip_confidence", "revision", "history", "deviation")

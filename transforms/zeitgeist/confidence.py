@@ -25,11 +25,6 @@ predictors beats `lone_sigma` and `lone_ratio` times the query's own far
 tail, the largest such deviation seen, halving every
 `lone_half_life_hours` (kept in `DetectorState.deviation_record`). A query
 that often has lone windows that far out keeps a high tail and needs more.
-
-`novelty` (off by default; measured in docs/detector-research.md) lets how
-unusual the recent windows are for the query open episodes too, or instead
-of the CUSUM: the recent mean of the clipped |z| in mean absolute spreads
-above its own long-run mean.
 """
 
 import dataclasses
@@ -40,10 +35,6 @@ from transforms.zeitgeist.params import DetectorParams
 # Evidence beyond this many thresholds adds no more to the long-run mean:
 # one long episode must not make a query deaf for days.
 MEAN_CAP_THRESHOLDS = 3.0
-# The novelty's spread never goes below this (in spreads of noise): a query
-# whose deviations have been flat (a constant series) is not novel at every
-# wobble.
-NOVELTY_MIN_SPREAD = 0.1
 HOUR_MS = 3_600_000
 
 
@@ -88,18 +79,6 @@ def update_confidence(
     if evidence > params.threshold:
         kind = "SPIKE" if spike >= dip else "DIP"
     score = evidence / (evidence + params.threshold)
-    if params.novelty != "off":
-        novelty = _novelty(state, update, params)
-        novel = novelty / (novelty + params.novelty_sigma) if novelty > 0 else 0.0
-        if params.novelty == "evidence":
-            score = novel
-            kind = None
-        else:
-            score = max(score, novel)
-        if kind is None and novelty > params.novelty_sigma:
-            kind = "SPIKE" if spike >= dip else "DIP"
-        # An episode the novelty opened stays open while the novelty is high.
-        evidence = max(evidence, params.threshold * novelty / params.novelty_sigma)
     if params.lone_sigma:
         far = _far_out(state, update, params)
         if far > 1.0 and kind is None:
@@ -144,33 +123,3 @@ def _least_deviation(update: ModelUpdate) -> float:
     if update.HasField("least_deviation"):
         return update.least_deviation
     return update.deviation
-
-
-def _novelty(
-    state: DetectorState, update: ModelUpdate, params: DetectorParams
-) -> float:
-    """How unusual the recent windows are for this query: the recent mean of
-    the clipped |deviation| (over about `novelty_windows`), in mean absolute
-    spreads above its own long-run mean (memory `evidence_memory_windows`);
-    judged against the long-run figures before the window joins them."""
-    size = min(abs(update.deviation), params.max_deviation_sigma)
-    state.novelty_recent += (size - state.novelty_recent) / params.novelty_windows
-    seen = update.history - params.min_history_windows + 1
-    if seen <= 1:
-        state.novelty_mean = state.novelty_recent
-        state.novelty_spread = 0.0
-        return 0.0
-    spread = max(state.novelty_spread, NOVELTY_MIN_SPREAD)
-    novelty = (state.novelty_recent - state.novelty_mean) / spread
-    rate = max(1.0 / seen, 1.0 / params.evidence_memory_windows)
-    # The long-run figures learn from a window as it is clipped at the
-    # threshold, so that one long episode does not make the query deaf.
-    recent = min(
-        state.novelty_recent,
-        state.novelty_mean + params.novelty_sigma * spread,
-    )
-    state.novelty_spread += rate * (
-        abs(recent - state.novelty_mean) - state.novelty_spread
-    )
-    state.novelty_mean += rate * (recent - state.novelty_mean)
-    return novelty if seen > params.novelty_windows else 0.0

@@ -108,11 +108,6 @@ WEEK_MS = 7 * DAY_MS
 SEASON_MS = {"auto": DAY_MS, "none": 0, "daily": DAY_MS, "weekly": WEEK_MS}
 
 
-# off: the CUSUM alone; evidence: the novelty opens episodes (the CUSUM
-# still bounds them); either: whichever passes first.
-NOVELTY_MODES = ("off", "evidence", "either")
-
-
 @dataclasses.dataclass(frozen=True)
 class DetectorParams:
     """Evidence accumulation, as the paper's UpdateConfidence, and episodes.
@@ -132,10 +127,7 @@ class DetectorParams:
     closest of the model's predictors) beats `lone_sigma` (0: never) and
     `lone_ratio` times the query's far tail: the largest such deviation
     seen, halving every `lone_half_life_hours`; not before the detector
-    has judged the query for `lone_warmup_hours`. `novelty` ("off",
-    "evidence": it alone opens episodes, "either": it or the CUSUM) judges
-    the recent mean |deviation| (memory `novelty_windows`) against its own
-    long-run mean, in units of its spread, at `novelty_sigma`.
+    has judged the query for `lone_warmup_hours`.
     """
 
     slack_sigma: float = 1.0
@@ -151,24 +143,12 @@ class DetectorParams:
     lone_half_life_hours: float = 168.0
     lone_warmup_hours: float = 24.0
     lone_ratio: float = 1.3
-    novelty: str = "off"
-    novelty_sigma: float = 4.0
-    novelty_windows: float = 10.0
 
     def __post_init__(self) -> None:
         if self.lone_sigma < 0 or self.lone_warmup_hours < 0:
             raise ValueError("detector.lone_sigma and lone_warmup_hours must be >= 0")
         if self.lone_half_life_hours <= 0 or self.lone_ratio <= 0:
             raise ValueError("detector.lone_half_life_hours and lone_ratio must be > 0")
-        if self.novelty not in NOVELTY_MODES:
-            raise ValueError(
-                f"detector.novelty must be one of {', '.join(NOVELTY_MODES)}, "
-                f"got {self.novelty!r}"
-            )
-        if self.novelty_sigma <= 0 or self.novelty_windows < 1:
-            raise ValueError(
-                "detector.novelty_sigma must be > 0 and novelty_windows >= 1"
-            )
         if self.threshold <= 0:
             raise ValueError(f"detector.threshold must be > 0, got {self.threshold}")
         if self.slack_sigma < 0 or self.burst_tolerance < 0:
