@@ -17,7 +17,9 @@ Parquet file once, then
 - ``DirectRunner``: the same job, Beam's default in-memory mode;
 - ``pyspark-rdd``: only the (query, 5-minute window) counts, by hand, from
   the same Parquet file with ``spark.read.parquet`` and ``reduceByKey``: the
-  floor for the job's window-count stage on Spark.
+  floor for the job's window-count stage on Spark;
+- ``pyspark-dataframe``: the same counts as a DataFrame ``groupBy``, which
+  never calls Python per row: the floor of Spark itself.
 
 The non-empty windows of both Beam runs' window_counts must equal the RDD
 job's counts (OK or MISMATCH; zero-count windows are the pipeline's own).
@@ -190,23 +192,26 @@ def print_table(results: list[tuple[object, dict]], total: Callable) -> None:
     spark_rate = results[0][1]["events_per_s"]
     print()
     header = ("engine", "events/s", "vs SparkRunner", "peak MiB")
-    print("{:>12}  {:>10}  {:>14}  {:>8}  counts".format(*header))
+    print("{:>17}  {:>10}  {:>14}  {:>8}  counts".format(*header))
     for counts, fig in results:
         check = "OK" if counts == reference else "MISMATCH"
         ratio = fig["events_per_s"] / spark_rate
         print(
-            f"{fig['engine']:>12}  {fig['events_per_s']:10,.0f}  {ratio:13.2f}x  "
+            f"{fig['engine']:>17}  {fig['events_per_s']:10,.0f}  {ratio:13.2f}x  "
             f"{fig['peak_rss_mb']:8.0f}  {check} ({total(counts):,} events)"
         )
 
 
 def print_ratios(results: list[tuple[object, dict]]) -> None:
-    """The issue's two throughput ratios, when all three engines ran."""
+    """The throughput ratios of the engines that ran, against SparkRunner."""
     rate = {fig["engine"]: fig["events_per_s"] for _, fig in results}
     spark = rate["SparkRunner"]
     if "DirectRunner" in rate:
         print(f"SparkRunner / DirectRunner: {spark / rate['DirectRunner']:.2f}x")
     print(f"pyspark-rdd / SparkRunner:  {rate['pyspark-rdd'] / spark:.2f}x")
+    if "pyspark-dataframe" in rate:
+        dataframe = rate["pyspark-dataframe"]
+        print(f"pyspark-dataframe / SparkRunner: {dataframe / spark:.2f}x")
 
 
 def run_counts(args: argparse.Namespace, sc, spark_args: list[str]) -> None:
@@ -298,6 +303,22 @@ def zeitgeist_rdd(session, source: Path) -> list[tuple[str, int, int]]:
     return sorted((query, start, n) for (query, start), n in counts)
 
 
+def zeitgeist_dataframe(session, source: Path) -> list[tuple[str, int, int]]:
+    """The same window counts as a DataFrame job: Spark's own columnar
+    Parquet reader and aggregation, with no Python per row."""
+    from pyspark.sql import functions as F
+
+    window_ms = ZEITGEIST_WINDOW_S * 1000
+    rows = session.read.parquet(str(source))
+    start = F.col("event_time") - F.pmod(F.col("event_time"), F.lit(window_ms))
+    counts = (
+        rows.groupBy(F.col("query"), start.alias("start"))
+        .agg(F.sum("count").alias("n"))
+        .collect()
+    )
+    return sorted((r["query"], r["start"], r["n"]) for r in counts)
+
+
 def run_zeitgeist(args: argparse.Namespace, session, spark_args: list[str]) -> None:
     """The Zeitgeist job on the three engines, on one Parquet file."""
     with tempfile.TemporaryDirectory(prefix="runner_throughput_") as tmp:
@@ -305,6 +326,9 @@ def run_zeitgeist(args: argparse.Namespace, session, spark_args: list[str]) -> N
         engines: dict[str, Callable[[Path, str], object]] = {
             "SparkRunner": lambda src, out: zeitgeist_beam(src, Path(out), spark_beam),
             "pyspark-rdd": lambda src, out: timed(lambda: zeitgeist_rdd(session, src)),
+            "pyspark-dataframe": lambda src, out: timed(
+                lambda: zeitgeist_dataframe(session, src)
+            ),
         }
         if not args.skip_direct:
             engines["DirectRunner"] = lambda src, out: zeitgeist_beam(

@@ -21,6 +21,12 @@ pipeline construction are fixed costs, not throughput.
 The baseline, measured in the same run on the same generated arrays, is the
 floor for this job: counting searches per (query, window) with
 `np.bincount`. The pipeline's window counts must equal it (OK/MISMATCH).
+
+The read-and-validate stage alone is also timed, in this process and without
+Beam, on every row group of the same file (median of `--repeats`): the
+columnar reader the job uses for Parquet (`ReadSearchBatches`' DoFn), the
+per-row reader (`ReadSearchQueries`' DoFn), and a plain
+`pyarrow.parquet.read_table` of the file, in rows/s.
 """
 
 import argparse
@@ -37,12 +43,16 @@ from collections.abc import Sequence
 
 import apache_beam as beam
 import numpy as np
+import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import zeitgeist
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from testing.zeitgeist_generator import DAY_MS, GeneratedStream, StreamSpec, generate
+from transforms.records.parquet_parts import ParquetPart, ReadParquetPart
+from transforms.records.parse import parse_search_query
+from transforms.records.search_batches import ReadSearchBatchPart
 from transforms.records.zeitgeist_pb2 import WindowCount
 from transforms.zeitgeist.composite import WINDOW_COUNTS
 
@@ -118,6 +128,47 @@ def run_pipeline(source: str, output: pathlib.Path, argv: Sequence[str]) -> floa
     started = time.perf_counter()
     pipeline.run().wait_until_finish()
     return time.perf_counter() - started
+
+
+def time_read_stage(source: pathlib.Path, repeats: int) -> dict[str, float]:
+    """Median seconds of each way to read `source`'s rows (see the module doc)."""
+    metadata = pq.ParquetFile(source).metadata
+    parts, first_row = [], 0
+    for group in range(metadata.num_row_groups):
+        parts.append(ParquetPart(str(source), group, first_row))
+        first_row += metadata.row_group(group).num_rows
+    readers = {
+        "read_table": lambda: pq.read_table(source),
+        "columnar": lambda: _drain(ReadSearchBatchPart(), parts),
+        "per_row": lambda: _drain(
+            ReadParquetPart(parse_search_query, "SearchQuery"), parts
+        ),
+    }
+    medians = {}
+    for name, read in readers.items():
+        read()  # warm: page cache, imports, first-call costs
+        seconds = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            read()
+            seconds.append(time.perf_counter() - started)
+        medians[name] = statistics.median(seconds)
+    return medians
+
+
+def _drain(fn: beam.DoFn, parts: list[ParquetPart]) -> None:
+    for part in parts:
+        for _ in fn.process(part):
+            pass
+
+
+def read_report(rows: int, medians: dict[str, float]) -> str:
+    rates = {name: rows / seconds for name, seconds in medians.items()}
+    base = rates["read_table"]
+    return "\n".join(
+        f"read      {name:<11}{rate:>12,.0f} rows/s  {rate / base:.2f}x read_table"
+        for name, rate in rates.items()
+    )
 
 
 def own_peak_rss() -> int:
@@ -221,6 +272,7 @@ def main(argv: Sequence[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="zeitgeist_throughput_") as tmp:
         source = pathlib.Path(tmp) / "searches.parquet"
         stream.write_parquet(source)
+        read_s = time_read_stage(source, args.repeats)
         outputs = [pathlib.Path(tmp) / f"run{i}" for i in range(args.repeats)]
         runs = [time_pipeline(source, out, child_argv) for out in outputs]
         checks = [check_counts(out, stream, counts) for out in outputs]
@@ -228,6 +280,7 @@ def main(argv: Sequence[str]) -> int:
     pipeline_s = [seconds for seconds, _ in runs]
     peak_rss = [peak for _, peak in runs]
     print(report(stream, pipeline_s, peak_rss, numpy_s, check, beam_args))
+    print(read_report(len(stream), read_s))
     return 0 if check[0] else 1
 
 

@@ -52,7 +52,13 @@ from pipelines.zeitgeist_flags import load_config, parse_args
 from transforms.millwheel.event_time import WithEventTimestamps
 from transforms.millwheel.lateness import LateDataPolicy
 from transforms.records.follow import FollowSearchQueries
-from transforms.records.readers import DEAD_LETTERS, RECORDS, ReadSearchQueries
+from transforms.records.readers import (
+    DEAD_LETTERS,
+    RECORDS,
+    ReadSearchQueries,
+    record_format,
+)
+from transforms.records.search_batches import ReadSearchBatches
 from transforms.records.zeitgeist_pb2 import Anomaly
 from transforms.zeitgeist.composite import (
     ANOMALIES,
@@ -149,25 +155,35 @@ def build(
     transform: Zeitgeist,
     output: pathlib.Path,
     extra_outputs: Sequence[str],
-    read: ReadInput = ReadSearchQueries,
+    read: ReadInput | None = None,
     write: WriteOutputs = write_at_end,
 ) -> None:
     """Wire sources, the Zeitgeist transform and the sinks into `pipeline`.
 
     `read(pattern, format)` reads one `--input` into `RECORDS` and
-    `DEAD_LETTERS` (files as they are, or followed); `write` writes the
+    `DEAD_LETTERS` (e.g. followed files); None reads the files as they are,
+    in Arrow tables when all are Parquet (`ReadSearchBatches`, counted by
+    `transform.on_batches()`), else record by record. `write` writes the
     outputs, each under its path prefix (at the end, or in parts while the
     job runs).
     """
+    columnar = read is None and all(
+        record_format(pattern, input_format) == "parquet" for pattern in inputs
+    )
+    if read is None:
+        read = ReadSearchBatches if columnar else ReadSearchQueries
     records, dead = [], []
     for i, pattern in enumerate(inputs):
         read_input = pipeline | f"Read{i}" >> read(pattern, input_format)
         records.append(read_input[RECORDS])
         dead.append(read_input[DEAD_LETTERS])
-    searches = (
-        records | "MergeInputs" >> beam.Flatten() | "EventTime" >> WithEventTimestamps()
-    )
-    outputs = searches | "Zeitgeist" >> transform
+    merged = records | "MergeInputs" >> beam.Flatten()
+    if columnar:
+        # Each table's partial counts are stamped with their event times.
+        outputs = merged | "Zeitgeist" >> transform.on_batches()
+    else:
+        searches = merged | "EventTime" >> WithEventTimestamps()
+        outputs = searches | "Zeitgeist" >> transform
     dead.append(outputs[DEAD_LETTERS])
     sinks = {
         ANOMALIES: outputs[ANOMALIES],
@@ -279,7 +295,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     ]
     streaming = options.view_as(StandardOptions).streaming
     pipeline = beam.Pipeline(runner=runner, options=options)
-    read: ReadInput = ReadSearchQueries
+    read: ReadInput | None = None
     if following:
 
         def read(pattern: str, fmt: str | None) -> beam.PTransform:

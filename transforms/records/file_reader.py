@@ -136,20 +136,30 @@ class FileReader:
         `first_row` is the number of rows before the group, so that dead
         letters keep the row's position in the whole file.
         """
-        self.unit = "row"
-        self.done = first_row
-        parser = self.parser
+        self.start_parquet(first_row)
         groups = None if row_group is None else [row_group]
         for batch in pq.ParquetFile(fh).iter_batches(row_groups=groups):
             for row, unconvertible in parquet_rows.rows(batch):
                 self.done += 1
-                try:
-                    if unconvertible is not None:
-                        raise unconvertible
-                    yield parse_row(parser, row)
-                    self.records_read += 1
-                except Rejected as rejected:
-                    yield self.dead(rejected, row_raw(row), self.done)
+                yield self.parquet_record(row, unconvertible, self.done)
+
+    def start_parquet(self, first_row: int) -> None:
+        """Number the rows that follow from `first_row` + 1, as "row N"."""
+        self.unit = "row"
+        self.done = first_row
+
+    def parquet_record(
+        self, row: parquet_rows.Row, unconvertible: Rejected | None, number: int
+    ) -> Any:
+        """The message of one Parquet row, or its dead letter as "row `number`"."""
+        try:
+            if unconvertible is not None:
+                raise unconvertible
+            message = parse_row(self.parser, row)
+        except Rejected as rejected:
+            return self.dead(rejected, row_raw(row), number)
+        self.records_read += 1
+        return message
 
 
 def _csv_header(fields: list[str]) -> list[str]:

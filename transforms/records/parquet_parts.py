@@ -10,7 +10,7 @@ reshuffle spreads them over workers, `ReadParquetPart` reads each one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 import apache_beam as beam
 import pyarrow as pa
@@ -65,10 +65,14 @@ class ReadParquetPart(beam.DoFn):
         reader = FileReader(self._parser, self._record_type, 1, part.path)
         try:
             with FileSystems.open(part.path, _MIME, _UNCOMPRESSED) as fh:
-                yield from reader.read_parquet_row_group(
-                    fh, part.row_group, part.first_row
-                )
+                yield from self.read_row_group(reader, fh, part)
         except (OSError, pa.ArrowException) as e:
             rejected = Rejected(UNREADABLE_FILE, f"unreadable file: {e}")
             yield reader.dead(rejected, b"", reader.done + 1)
         counter("records_read").inc(reader.records_read)
+
+    def read_row_group(
+        self, reader: FileReader, fh: BinaryIO, part: ParquetPart
+    ) -> Iterator[Any]:
+        """The outputs of `part`'s rows, read from `fh` one row at a time."""
+        return reader.read_parquet_row_group(fh, part.row_group, part.first_row)

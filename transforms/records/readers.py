@@ -201,26 +201,45 @@ class ReadRecords(beam.PTransform):
         self._max_line_bytes = max_line_bytes
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        files = (
+        record_type = self._record_type.DESCRIPTOR.name
+        if self._format == "parquet":
+            parts = pbegin | "Parts" >> MatchedParquetParts(self._file_pattern)
+            read_part = ReadParquetPart(self._parser, record_type)
+            return parts | "Read" >> split_outputs(read_part, self._record_type)
+        files = pbegin | "Files" >> MatchedFiles(self._file_pattern)
+        read_file = _ReadFileFn(
+            self._parser, record_type, self._format, self._max_line_bytes
+        )
+        return files | "Read" >> split_outputs(read_file, self._record_type)
+
+
+class MatchedFiles(beam.PTransform):
+    """The files matching a pattern, opened, spread over workers."""
+
+    def __init__(self, file_pattern: str) -> None:
+        super().__init__()
+        self._file_pattern = file_pattern
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        return (
             pbegin
             | "Match" >> fileio.MatchFiles(self._file_pattern)
             # Spread files over workers rather than fusing all behind one match.
             | "SpreadFiles" >> beam.Reshuffle()
             | "Open" >> fileio.ReadMatches()
         )
-        record_type = self._record_type.DESCRIPTOR.name
-        if self._format == "parquet":
-            parts = (
-                files
-                | "SplitRowGroups" >> beam.ParDo(SplitRowGroups())
-                | "SpreadRowGroups" >> beam.Reshuffle()
-            )
-            read_part = ReadParquetPart(self._parser, record_type)
-            return parts | "Read" >> split_outputs(read_part, self._record_type)
-        read_file = _ReadFileFn(
-            self._parser, record_type, self._format, self._max_line_bytes
+
+
+class MatchedParquetParts(MatchedFiles):
+    """The row groups (`ParquetPart`) of the Parquet files matching a pattern,
+    spread over workers, so that one large file feeds them all."""
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        return (
+            super().expand(pbegin)
+            | "SplitRowGroups" >> beam.ParDo(SplitRowGroups())
+            | "SpreadRowGroups" >> beam.Reshuffle()
         )
-        return files | "Read" >> split_outputs(read_file, self._record_type)
 
 
 def split_outputs(fn: beam.DoFn, record_type: type[Message]) -> beam.PTransform:

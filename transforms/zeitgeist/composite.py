@@ -3,7 +3,6 @@
 from collections.abc import Callable
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
 from transforms.millwheel.dedup import DedupByRecordId
 from transforms.records.dead_letter_pb2 import DeadLetter
@@ -14,6 +13,8 @@ from transforms.records.zeitgeist_pb2 import (
     WindowCount,
     WindowScore,
 )
+from transforms.zeitgeist.batch_counts import IDENTIFIED, LATEST, PreCountSearches
+from transforms.zeitgeist.keying import KeyByQuery
 from transforms.zeitgeist.model_calculator import ModelCalculator
 from transforms.zeitgeist.params import (
     DetectorParams,
@@ -29,43 +30,6 @@ ANOMALIES = "anomalies"
 WINDOW_COUNTS = "window_counts"
 LATE_RECORDS = "late"
 DEAD_LETTERS = "dead_letters"
-DEAD_LETTER_SOURCE = "Zeitgeist"
-
-
-class KeyByQuery(beam.DoFn):
-    """`SearchQuery` to `(key, SearchQuery)`; unusable searches to dead letters.
-
-    Searches read by `transforms.records` are already valid; this guards the
-    in-memory path (records built by another job or a test), where an empty
-    key or a negative count would corrupt the counts without a trace.
-    """
-
-    def __init__(self, key_fn: Callable[[str], str]):
-        self._key_fn = key_fn
-        self._dead = Metrics.counter("millwheel.zeitgeist", "dead_letters")
-
-    def process(self, search: SearchQuery):
-        reason = None
-        key = self._key_fn(search.query)
-        if not key:
-            reason = "query is empty after normalization"
-        elif search.count < 0:
-            reason = f"count must be a non-negative integer, got {search.count}"
-        elif not search.HasField("event_time"):
-            reason = "missing field 'event_time'"
-        if reason is None:
-            yield key, search
-            return
-        self._dead.inc()
-        yield beam.pvalue.TaggedOutput(
-            DEAD_LETTERS,
-            DeadLetter(
-                source=DEAD_LETTER_SOURCE,
-                raw=search.SerializeToString(),
-                reason=reason,
-                record_type="SearchQuery",
-            ),
-        )
 
 
 class Zeitgeist(beam.PTransform):
@@ -118,6 +82,18 @@ class Zeitgeist(beam.PTransform):
         self._detector = detector
         self._key_fn = key_fn
 
+    def on_batches(self) -> "ZeitgeistOnBatches":
+        """This transform, with the same parameters, over Arrow tables of
+        searches (`ZeitgeistOnBatches`)."""
+        return ZeitgeistOnBatches(
+            self._window,
+            self._model,
+            self._detector,
+            self._key_fn,
+            self._dedup_horizon_ms,
+            self._model_store,
+        )
+
     def expand(self, searches):
         keyed = searches | "KeyByQuery" >> beam.ParDo(
             KeyByQuery(self._key_fn)
@@ -129,7 +105,13 @@ class Zeitgeist(beam.PTransform):
             searches_by_key = searches_by_key | "DedupByRecordId" >> _DedupIdentified(
                 self._dedup_horizon_ms
             )
-        counted = searches_by_key | "CountWindows" >> CountWindows(self._window)
+        return self._detect(searches_by_key, keyed[DEAD_LETTERS])
+
+    def _detect(self, searches_by_key, dead_letters, latest_event_times=None):
+        """Count, model and detect; the outputs dict of `expand`."""
+        counted = searches_by_key | "CountWindows" >> CountWindows(
+            self._window, latest_event_times
+        )
         # Corrections can reach the model and detector for as long as the
         # counter accepts them: the allowed lateness, plus one window.
         retain_ms = self._window.late_data.allowed_lateness_ms
@@ -151,8 +133,50 @@ class Zeitgeist(beam.PTransform):
             | "DropKeys" >> beam.Values().with_output_types(WindowCount),
             SCORES: detected[SCORES],
             LATE_RECORDS: counted[LATE],
-            DEAD_LETTERS: keyed[DEAD_LETTERS],
+            DEAD_LETTERS: dead_letters,
         }
+
+
+class ZeitgeistOnBatches(Zeitgeist):
+    """`Zeitgeist` over Arrow tables of searches, as `ReadSearchBatches` reads.
+
+    The input is a bounded PCollection of `pa.Table`s of valid searches
+    (`transforms.records.search_batches.SEARCH_SCHEMA`); the outputs are
+    those `Zeitgeist` gives for the same searches, record for record. Each
+    table is counted per (query, window) in Arrow first (`PreCountSearches`),
+    so only the partial counts go through Python one by one. Searches with a
+    record id still go one by one through `DedupByRecordId` when
+    `dedup_horizon_ms` is set. Get one with `Zeitgeist(...).on_batches()`.
+
+    Example::
+
+        read = pipeline | ReadSearchBatches("logs/*.parquet")
+        outputs = read[RECORDS] | Zeitgeist(WindowParams(60_000)).on_batches()
+    """
+
+    def expand(self, tables):
+        split = bool(self._dedup_horizon_ms)
+        counted = tables | "PreCount" >> beam.ParDo(
+            PreCountSearches(self._window.size_ms, self._key_fn, split)
+        ).with_output_types(
+            tuple[str, SearchQuery],
+            **{
+                IDENTIFIED: tuple[str, SearchQuery],
+                LATEST: int,
+                DEAD_LETTERS: DeadLetter,
+            },
+        ).with_outputs(IDENTIFIED, LATEST, DEAD_LETTERS, main="partials")
+        partials, latest = counted.partials, counted[LATEST]
+        if split:
+            unique = counted[IDENTIFIED] | "Dedup" >> DedupByRecordId(
+                lambda search: search.record_id, self._dedup_horizon_ms
+            ).with_output_types(tuple[str, SearchQuery])
+            partials = (partials, unique) | "Merge" >> beam.Flatten()
+            unique_times = unique | "EventTimes" >> beam.Map(
+                lambda kv: kv[1].event_time
+            )
+            latest = (latest, unique_times) | "MergeLatest" >> beam.Flatten()
+        return self._detect(partials, counted[DEAD_LETTERS], latest)
 
 
 class _DedupIdentified(beam.PTransform):

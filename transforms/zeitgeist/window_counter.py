@@ -335,9 +335,17 @@ class CountWindows(beam.PTransform):
     could not be corrected.
     """
 
-    def __init__(self, params: WindowParams = WindowParams()):
+    def __init__(
+        self,
+        params: WindowParams = WindowParams(),
+        latest_event_times: beam.PCollection | None = None,
+    ):
+        """`latest_event_times`, for a bounded input of partial counts
+        (stamped with their earliest search): event times whose maximum is
+        the input's last search. By default, the searches' own."""
         super().__init__()
         self._params = params
+        self._latest_event_times = latest_event_times
 
     def expand(self, keyed_searches):
         combined = keyed_searches | "CombineWithinBundle" >> beam.ParDo(
@@ -348,9 +356,18 @@ class CountWindows(beam.PTransform):
             # unknown, and zero-count windows there would be false dips. Each
             # key gets a punctuation (`INPUT_END_COUNT`) carrying the input's
             # end.
+            event_times = self._latest_event_times
+            if event_times is None:
+                event_times = keyed_searches | "EventTimes" >> beam.Map(
+                    lambda kv: kv[1].event_time
+                )
+            end = beam.pvalue.AsSingleton(
+                event_times | "Latest" >> beam.CombineGlobally(_latest)
+            )
+            # The keys of the bundle-combined partials: the same set, fewer.
             combined = (
                 combined,
-                keyed_searches | "InputEnd" >> _InputEndPunctuation(),
+                combined | "InputEnd" >> _InputEndPunctuation(end),
             ) | "WithInputEnd" >> beam.Flatten()
         return combined | "WindowCounter" >> beam.ParDo(
             WindowCounter(self._params)
@@ -360,14 +377,15 @@ class CountWindows(beam.PTransform):
 
 
 class _InputEndPunctuation(beam.PTransform):
-    """One `(key, SearchQuery(count=INPUT_END_COUNT, event_time=end))` per key."""
+    """One `(key, SearchQuery(count=INPUT_END_COUNT, event_time=end))` per key;
+    `end` is a singleton side input."""
+
+    def __init__(self, end: beam.pvalue.AsSingleton):
+        super().__init__()
+        self._end = end
 
     def expand(self, keyed_searches):
-        end = beam.pvalue.AsSingleton(
-            keyed_searches
-            | "EventTimes" >> beam.Map(lambda kv: kv[1].event_time)
-            | "Latest" >> beam.CombineGlobally(_latest)
-        )
+        end = self._end
         return (
             keyed_searches
             | "Keys" >> beam.Keys()

@@ -1,0 +1,53 @@
+"""Searches keyed by their normalised query; unusable ones to dead letters."""
+
+from collections.abc import Callable
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from transforms.records.dead_letter_pb2 import DeadLetter
+from transforms.records.dead_letters import DEAD_LETTERS
+from transforms.records.zeitgeist_pb2 import SearchQuery
+
+DEAD_LETTER_SOURCE = "Zeitgeist"
+EMPTY_KEY = "query is empty after normalization"
+
+
+def dead_search(search: SearchQuery, reason: str) -> beam.pvalue.TaggedOutput:
+    """`search` as a `DEAD_LETTERS` output, counted."""
+    Metrics.counter("millwheel.zeitgeist", "dead_letters").inc()
+    return beam.pvalue.TaggedOutput(
+        DEAD_LETTERS,
+        DeadLetter(
+            source=DEAD_LETTER_SOURCE,
+            raw=search.SerializeToString(),
+            reason=reason,
+            record_type="SearchQuery",
+        ),
+    )
+
+
+class KeyByQuery(beam.DoFn):
+    """`SearchQuery` to `(key, SearchQuery)`; unusable searches to dead letters.
+
+    Searches read by `transforms.records` are already valid; this guards the
+    in-memory path (records built by another job or a test), where an empty
+    key or a negative count would corrupt the counts without a trace.
+    """
+
+    def __init__(self, key_fn: Callable[[str], str]):
+        self._key_fn = key_fn
+
+    def process(self, search: SearchQuery):
+        reason = None
+        key = self._key_fn(search.query)
+        if not key:
+            reason = EMPTY_KEY
+        elif search.count < 0:
+            reason = f"count must be a non-negative integer, got {search.count}"
+        elif not search.HasField("event_time"):
+            reason = "missing field 'event_time'"
+        if reason is None:
+            yield key, search
+        else:
+            yield dead_search(search, reason)
