@@ -19,6 +19,7 @@ window never sees the window.
 """
 
 import dataclasses
+import functools
 import math
 import statistics
 
@@ -268,18 +269,20 @@ class _Memory:
     seasons: int
     min_known: int = 1
 
-    @property
+    @functools.cached_property
     def slots(self) -> int:
         """Slots per season."""
         return self.season_ms // self.slot_ms
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
         """Slots in the ring."""
         return self.slots * self.seasons
 
 
-def _memories(params: ModelParams, window_ms: int) -> list[_Memory]:
+# Cached: asked for several times per window, and the same for every query.
+@functools.cache
+def _memories(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
     """The seasonal memories tried at this window size, daily first."""
     memories = []
     season_ms = SEASON_MS[params.seasonality]
@@ -303,7 +306,7 @@ def _memories(params: ModelParams, window_ms: int) -> list[_Memory]:
                 WEEKLY_MIN_KNOWN,
             )
         )
-    return memories
+    return tuple(memories)
 
 
 def _seasonal_roots(

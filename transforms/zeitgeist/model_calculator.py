@@ -7,7 +7,6 @@ emits a `ModelUpdate` holding the count next to the prediction that was made
 run: seeded from Bigtable, persisted back to it (`model_store`).
 """
 
-import dataclasses
 import logging
 
 import apache_beam as beam
@@ -24,9 +23,8 @@ METRICS_NAMESPACE = "millwheel.zeitgeist"
 # Models waiting for the end of the bundle are written early past this many
 # queries, which bounds the buffer's memory.
 MAX_UNSAVED_MODELS = 1000
-# The fields of a `Prediction` that `recent` keeps: expected, stddev,
-# history, root, spread.
-RECENT_FIELDS = 5
+# The fields of a `Prediction` that `recent` keeps, in its coder's order.
+RECENT_FIELDS = ("expected", "stddev", "history", "root", "spread")
 
 _log = logging.getLogger(__name__)
 
@@ -177,9 +175,8 @@ class ModelCalculator(beam.DoFn):
             # The prediction in use, for corrections (`recent`'s coder): the
             # other predictors are not kept, so a correction's update has no
             # `least_deviation` and is judged on its `deviation` alone.
-            predictions[ready.window_start] = dataclasses.astuple(folded.prediction)[
-                :RECENT_FIELDS
-            ]
+            if self._retain_ms:
+                predictions[ready.window_start] = _recent(folded.prediction)
             yield (
                 key,
                 model_update(key, ready, folded.prediction, emitted, folded.new_normal),
@@ -301,3 +298,8 @@ def model_update(
     if previous is not None:
         update.previous_window_start = previous
     return update
+
+
+def _recent(prediction: Prediction) -> tuple:
+    # Not `dataclasses.astuple`, which deep-copies every field, per window.
+    return tuple(getattr(prediction, name) for name in RECENT_FIELDS)
