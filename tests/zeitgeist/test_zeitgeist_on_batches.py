@@ -108,6 +108,9 @@ def _run(source: pathlib.Path, output: pathlib.Path, read, dedup_ms: int) -> dic
     pipeline = beam.Pipeline()
     extra = [WINDOW_COUNTS, SCORES]
     build(pipeline, [str(source)], None, transform, output, extra, read)
+    steps = pipeline.to_runner_api().components.transforms.values()
+    # Parquet read as the files they are takes the columnar path.
+    assert any(s.unique_name.endswith("/PreCount") for s in steps) == (read is None)
     pipeline.run().wait_until_finish()
     return {
         name: sorted(m.SerializeToString() for m in read_output(output, name, kind))
