@@ -295,12 +295,21 @@ _KEPT_HARNESSES = 16
 _INSTRUCTION_IDS = itertools.count()
 
 
-def harness_for(plan: StagePlan) -> InProcessHarness:
+def harness_for(
+    plan: StagePlan, side_input_entries: list[tuple[bytes, bytes]]
+) -> InProcessHarness:
     """This process's harness for ``plan``'s stage, built on first use.
 
     Keyed by the descriptor's content, not its id: another pipeline in the
-    same worker may have a stage of the same name."""
-    key = hashlib.sha1(plan.descriptor).hexdigest()
+    same worker may have a stage of the same name. And by the stage's side
+    inputs: the SDK reads a globally windowed side input once, when it
+    builds a DoFn's invoker, so a harness kept from another job (the same
+    stage over other data) would go on serving that job's value."""
+    digest = hashlib.sha1(plan.descriptor)
+    for key_bytes, data in side_input_entries:
+        digest.update(len(key_bytes).to_bytes(8, "big") + key_bytes)
+        digest.update(len(data).to_bytes(8, "big") + data)
+    key = digest.hexdigest()
     harness = _HARNESSES.pop(key, None)
     if harness is None:
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(plan.descriptor)
@@ -344,11 +353,12 @@ class StageExecutor:
     ) -> None:
         self._plan = plan
         self._bundle_bytes = bundle_bytes
+        side_input_entries = list(side_input_entries)
         self.state = state or InMemoryStageState(
             side_input_entries, plan.timer_families
         )
         self._timers = self.state.timers
-        self._harness = harness_for(plan)
+        self._harness = harness_for(plan, side_input_entries)
         # Parsed once per process with the harness, not once per task.
         descriptor = self._harness.descriptor
         self._harness.bind(self.state.servicer, self._route_timers)

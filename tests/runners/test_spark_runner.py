@@ -95,6 +95,31 @@ def test_side_inputs_all_views():
         assert_that(out, equal_to([(11, *expected_tail), (12, *expected_tail)]))
 
 
+def _offset_by(side: int, out_dir: Path) -> list[int]:
+    """Runs a job whose stage with a side input is the same, byte for byte,
+    whatever `side` is (a reshuffle keeps the sink, which names `out_dir`,
+    out of it); returns what the job wrote."""
+    p = beam.Pipeline(runner=SparkRunner())
+    offset = beam.pvalue.AsSingleton(p | "Side" >> beam.Create([side]))
+    main = p | "Main" >> beam.Create(list(range(20)), reshuffle=True)
+    added = main | "Add" >> beam.Map(lambda x, s: x + s, s=offset)
+    added | beam.Reshuffle() | beam.io.WriteToText(str(out_dir / "out"))
+    p.run().wait_until_finish()
+    lines = []
+    for name in glob.glob(str(out_dir / "out*")):
+        lines.extend(Path(name).read_text().split())
+    return sorted(int(line) for line in lines)
+
+
+def test_a_second_job_sees_its_own_side_input_not_the_firsts(tmp_path):
+    # Spark reuses its Python workers, and a worker keeps the harnesses of
+    # the stages it ran; the SDK reads a global side input once per
+    # harness. The second job must not be served the first job's value.
+    for i, side in enumerate((10, 1000, 10)):
+        written = _offset_by(side, tmp_path / str(i))
+        assert written == [x + side for x in range(20)]
+
+
 def test_independent_side_inputs_are_collected_in_one_job(spark_session):
     tracker = spark_session.sparkContext.statusTracker()
     before = set(tracker.getJobIdsForGroup())
