@@ -101,10 +101,14 @@ def resent(tmp_path_factory) -> Searches:
     return _write_searches(tmp_path_factory.mktemp("resent"), spec)
 
 
-def _run(source: pathlib.Path, output: pathlib.Path, read, dedup_ms: int) -> dict:
-    transform = Zeitgeist(
-        WindowParams(size_ms=WINDOW_MS), key_fn=drop_unwanted, dedup_horizon_ms=dedup_ms
-    )
+def _run(
+    source: pathlib.Path,
+    output: pathlib.Path,
+    read,
+    dedup_ms: int,
+    window: WindowParams = WindowParams(size_ms=WINDOW_MS),
+) -> dict:
+    transform = Zeitgeist(window, key_fn=drop_unwanted, dedup_horizon_ms=dedup_ms)
     pipeline = beam.Pipeline()
     extra = [WINDOW_COUNTS, SCORES]
     build(pipeline, [str(source)], None, transform, output, extra, read)
@@ -142,3 +146,39 @@ def test_the_columnar_job_writes_what_the_per_row_job_writes(traffic, tmp_path):
 def test_the_same_with_dedup_which_counts_a_re_sent_search_once(resent, tmp_path):
     outputs = _same_outputs(resent, tmp_path, dedup_ms=DAY_MS)
     assert _counted(outputs) == resent.generated
+
+
+@pytest.mark.parametrize("horizon", [0, 3])
+def test_zero_windows_follow_the_activity_horizon_and_stop_at_the_input_end(
+    tmp_path, horizon
+):
+    # Windows (of WINDOW_MS) with searches, per query: "gappy" has a gap
+    # longer than the horizon and a reported zero; "early" stops long before
+    # the input ends; "late" has one search, the input's last.
+    start = 1_767_571_200_000
+    at = {"gappy": [0, 1, 9, 10, 11], "early": [0, 2], "late": [14]}
+    rows = [
+        (query, start + w * WINDOW_MS + 7, 0 if (query, w) == ("gappy", 10) else 2)
+        for query, windows in at.items()
+        for w in windows
+    ]
+    path = tmp_path / "edges.parquet"
+    queries, times, counts = zip(*rows, strict=True)
+    pq.write_table(
+        pa.table({"query": queries, "event_time": times, "count": counts}), path
+    )
+    window = WindowParams(size_ms=WINDOW_MS, activity_horizon_windows=horizon)
+    per_row = _run(path, tmp_path / "rows", ReadSearchQueries, 0, window)
+    columnar = _run(path, tmp_path / "columnar", None, 0, window)
+    for name in OUTPUTS:
+        assert columnar[name] == per_row[name], name
+    emitted = {}
+    for raw in per_row[WINDOW_COUNTS]:
+        w = WindowCount.FromString(raw)
+        emitted.setdefault(w.query, []).append((w.window_start - start) // WINDOW_MS)
+    if horizon == 3:
+        assert sorted(emitted["gappy"]) == [0, 1, 2, 3, 4, 9, 10, 11, 12, 13, 14]
+        assert sorted(emitted["early"]) == [0, 1, 2, 3, 4, 5]
+    else:
+        assert sorted(emitted["gappy"]) == at["gappy"]
+    assert emitted["late"] == [14]

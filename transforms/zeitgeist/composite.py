@@ -14,6 +14,7 @@ from transforms.records.zeitgeist_pb2 import (
     WindowScore,
 )
 from transforms.zeitgeist.batch_counts import IDENTIFIED, LATEST, PreCountSearches
+from transforms.zeitgeist.batch_windows import CountSeries
 from transforms.zeitgeist.keying import KeyByQuery
 from transforms.zeitgeist.model_calculator import ModelCalculator
 from transforms.zeitgeist.params import (
@@ -107,11 +108,11 @@ class Zeitgeist(beam.PTransform):
             )
         return self._detect(searches_by_key, keyed[DEAD_LETTERS])
 
-    def _detect(self, searches_by_key, dead_letters, latest_event_times=None):
-        """Count, model and detect; the outputs dict of `expand`."""
-        counted = searches_by_key | "CountWindows" >> CountWindows(
-            self._window, latest_event_times
-        )
+    def _detect(self, searches_by_key, dead_letters, count_windows=None):
+        """Count (with `count_windows`, by default `CountWindows`), model and
+        detect; the outputs dict of `expand`."""
+        count_windows = count_windows or CountWindows(self._window)
+        counted = searches_by_key | "CountWindows" >> count_windows
         # Corrections can reach the model and detector for as long as the
         # counter accepts them: the allowed lateness, plus one window.
         retain_ms = self._window.late_data.allowed_lateness_ms
@@ -176,7 +177,10 @@ class ZeitgeistOnBatches(Zeitgeist):
                 lambda kv: kv[1].event_time
             )
             latest = (latest, unique_times) | "MergeLatest" >> beam.Flatten()
-        return self._detect(partials, counted[DEAD_LETTERS], latest)
+        # Bounded: each query's windows follow from its whole series, with
+        # no timer per window (`CountSeries`).
+        count_series = CountSeries(self._window, latest)
+        return self._detect(partials, counted[DEAD_LETTERS], count_series)
 
 
 class _DedupIdentified(beam.PTransform):

@@ -323,7 +323,8 @@ def _progress(state) -> KeyProgress:
     return KeyProgress(*stored) if stored is not None else KeyProgress()
 
 
-def _latest(event_times) -> int:
+def last_event_time(event_times) -> int:
+    """The latest of `event_times`, -1 if there is none: a bounded input's end."""
     return max(event_times, default=-1)
 
 
@@ -335,17 +336,9 @@ class CountWindows(beam.PTransform):
     could not be corrected.
     """
 
-    def __init__(
-        self,
-        params: WindowParams = WindowParams(),
-        latest_event_times: beam.PCollection | None = None,
-    ):
-        """`latest_event_times`, for a bounded input of partial counts
-        (stamped with their earliest search): event times whose maximum is
-        the input's last search. By default, the searches' own."""
+    def __init__(self, params: WindowParams = WindowParams()):
         super().__init__()
         self._params = params
-        self._latest_event_times = latest_event_times
 
     def expand(self, keyed_searches):
         combined = keyed_searches | "CombineWithinBundle" >> beam.ParDo(
@@ -356,13 +349,11 @@ class CountWindows(beam.PTransform):
             # unknown, and zero-count windows there would be false dips. Each
             # key gets a punctuation (`INPUT_END_COUNT`) carrying the input's
             # end.
-            event_times = self._latest_event_times
-            if event_times is None:
-                event_times = keyed_searches | "EventTimes" >> beam.Map(
-                    lambda kv: kv[1].event_time
-                )
+            event_times = keyed_searches | "EventTimes" >> beam.Map(
+                lambda kv: kv[1].event_time
+            )
             end = beam.pvalue.AsSingleton(
-                event_times | "Latest" >> beam.CombineGlobally(_latest)
+                event_times | "Latest" >> beam.CombineGlobally(last_event_time)
             )
             # The keys of the bundle-combined partials: the same set, fewer.
             combined = (

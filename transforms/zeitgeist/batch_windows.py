@@ -1,0 +1,119 @@
+"""Window counts of a bounded input, from each query's whole series at once.
+
+`WindowCounter` emits a query's windows from event-time timers, one firing
+per window, because in a stream only the watermark can tell a quiet window
+from one whose searches are still on the wire. A bounded input read in
+batch has no such doubt: every search is in before any timer fires, and the
+timers then fire in window order. So the windows `WindowCounter` emits
+follow from a query's partial counts and the input's end alone, and
+`CountSeries` computes them with one GroupByKey and no state or timers: the
+timer firings were most of a batch job's cost (one per window).
+
+The windows are the same, record for record: every window with searches
+(or a reported count of zero), and after each such window the zero-count
+windows of its activity horizon, never past the window holding the input's
+last search (`series_windows`). Nothing is late in batch, so the `late`
+output is empty.
+"""
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from transforms.millwheel.event_time import last_instant, window_start
+from transforms.records.zeitgeist_pb2 import SearchQuery, WindowCount
+from transforms.zeitgeist.params import WindowParams
+from transforms.zeitgeist.window_counter import LATE, METRICS_NAMESPACE, last_event_time
+
+
+def series_windows(
+    partials: Iterable[tuple[int, int]], size_ms: int, horizon: int, input_end: int
+) -> list[tuple[int, int]]:
+    """(window start, count) of every window `WindowCounter` would emit for
+    one query, in order, from its `(window start, count)` partials."""
+    counts: dict[int, int] = {}
+    for start, count in partials:
+        counts[start] = counts.get(start, 0) + count
+    starts = set(counts)
+    for anchor in counts:
+        # A zero-count window shows a dip only while the query is active;
+        # past the input's end nothing was observed, so nothing is zero.
+        for i in range(1, horizon + 1):
+            start = anchor + i * size_ms
+            if start > input_end:
+                break
+            starts.add(start)
+    return [(start, counts.get(start, 0)) for start in sorted(starts)]
+
+
+class EmitSeries(beam.DoFn):
+    """`(query, [(window start, count)])` to `(query, WindowCount)`s, each
+    stamped with its window's last instant and linked to the one before, as
+    `WindowCounter` emits them."""
+
+    def __init__(self, params: WindowParams):
+        self._params = params
+        self._emitted = Metrics.counter(METRICS_NAMESPACE, "windows_emitted")
+        self._zero = Metrics.counter(METRICS_NAMESPACE, "zero_windows_emitted")
+
+    def process(self, element, input_end: int) -> Iterator[Any]:
+        key, partials = element
+        size = self._params.size_ms
+        horizon = self._params.activity_horizon_windows
+        previous = None
+        for start, count in series_windows(partials, size, horizon, input_end):
+            window = WindowCount(
+                query=key,
+                window_start=start,
+                window_end=start + size,
+                count=count,
+                revision=0,
+                previous_window_start=previous,
+            )
+            previous = start
+            self._emitted.inc()
+            if not count:
+                self._zero.inc()
+            stamp = last_instant(start + size)
+            yield beam.window.TimestampedValue((key, window), stamp)
+
+
+class CountSeries(beam.PTransform):
+    """`CountWindows` for a bounded input: `(query, SearchQuery)` partial
+    counts to `(query, WindowCount)`, plus an empty `late` output.
+
+    `latest_event_times` holds event times whose maximum is the input's last
+    search (the partials are stamped with their earliest).
+    """
+
+    def __init__(self, params: WindowParams, latest_event_times: beam.PCollection):
+        super().__init__()
+        self._params = params
+        self._latest_event_times = latest_event_times
+
+    def expand(self, partials):
+        if not partials.is_bounded:
+            raise ValueError(
+                "CountSeries counts a bounded input; use CountWindows in streaming"
+            )
+        size = self._params.size_ms
+        end = beam.pvalue.AsSingleton(
+            self._latest_event_times | "Latest" >> beam.CombineGlobally(last_event_time)
+        )
+        return (
+            partials
+            | "ByWindow"
+            >> beam.MapTuple(
+                lambda key, search: (
+                    key,
+                    (window_start(search.event_time, size), search.count),
+                )
+            ).with_output_types(tuple[str, tuple[int, int]])
+            | "Series" >> beam.GroupByKey()
+            | "Windows"
+            >> beam.ParDo(EmitSeries(self._params), input_end=end)
+            .with_output_types(tuple[str, WindowCount], **{LATE: SearchQuery})
+            .with_outputs(LATE, main="windows")
+        )
