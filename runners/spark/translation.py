@@ -310,7 +310,8 @@ class RddTranslator:
             self._bundle_bytes,
             self.accumulator,
         )
-        tagged = rdd.mapPartitions(body)
+        # Named after the fused transforms, for the Spark UI and event log.
+        tagged = rdd.mapPartitions(body).setName(proto.unique_name)
         if not plan.outputs:
             self.leaves.append(tagged)
         elif len(plan.outputs) == 1:
