@@ -94,7 +94,15 @@ def predict(
     """Expected count and its spread for the window at `window_start`."""
     if state.history == 0:
         return Prediction(expected=0.0, stddev=1.0, history=0)
-    seasonal = _seasonal_roots(state, params, window_start, window_ms)
+    return _predict(
+        state, params, _seasonal_roots(state, params, window_start, window_ms)
+    )
+
+
+def _predict(
+    state: ModelState, params: ModelParams, seasonal: dict[str, float]
+) -> Prediction:
+    """`predict` for a model with history, given its seasonal roots."""
     name = _chosen(state, params, seasonal)
     centre = seasonal[name] if name != "level" else state.level
     sigma = _sigma(state, name)
@@ -128,13 +136,17 @@ def fold(
 ) -> Folded:
     """Fold the window's count into `state`; return the prediction it had."""
     _forget_skipped(state, params, window_start, window_ms)
-    prediction = predict(state, params, window_start, window_ms)
     value = root(actual)
     new_normal = False
     if state.history == 0:
+        prediction = predict(state, params, window_start, window_ms)
         state.level = value
     else:
-        new_normal = _update(state, params, prediction, window_start, window_ms, value)
+        # Learning moves no memory before it reads them: one lookup serves
+        # the prediction and the update.
+        seasonal = _seasonal_roots(state, params, window_start, window_ms)
+        prediction = _predict(state, params, seasonal)
+        new_normal = _update(state, params, prediction, seasonal, value)
     _remember(state, params, window_start, window_ms, value)
     state.history += 1
     state.last_window_start = window_start
@@ -145,11 +157,11 @@ def _update(
     state: ModelState,
     params: ModelParams,
     prediction: Prediction,
-    window_start: int,
-    window_ms: int,
+    seasonal: dict[str, float],
     value: float,
 ) -> bool:
-    """Learn from one window; True if it made an excursion the new normal."""
+    """Learn from one window, whose seasonal roots are `seasonal`; True if
+    it made an excursion the new normal."""
     residual = value - prediction.root
     before = state.excursion
     state.excursion = _excursion(before, residual / prediction.spread, params)
@@ -158,7 +170,6 @@ def _update(
     state.excursion_sum = (state.excursion_sum if going_on else 0.0) + (
         residual if state.excursion else 0.0
     )
-    seasonal = _seasonal_roots(state, params, window_start, window_ms)
     if abs(state.excursion) > params.max_excursion_windows:
         # A shift this long is the new normal: the predictor in use moves by
         # it, rather than creeping there and alarming all the way. (The
