@@ -25,6 +25,14 @@ predictors beats `lone_sigma` and `lone_ratio` times the query's own far
 tail, the largest such deviation seen, halving every
 `lone_half_life_hours` (kept in `DetectorState.deviation_record`). A query
 that often has lone windows that far out keeps a high tail and needs more.
+
+A window beyond every count the query has had opens an episode alone
+(`extreme_sigma` > 0): above its highest count (or below its lowest) and
+beyond `extreme_sigma` on that side, the highest and lowest kept in
+`DetectorState.value_high` and `value_low`. A new record that the model
+did not expect is how many labelled anomalies of real series look (a
+server's request count at its all-time high, 4.4 spreads out, where the
+CUSUM wants a second window): its deviation alone is not far out enough.
 """
 
 import dataclasses
@@ -85,7 +93,48 @@ def update_confidence(
             kind = "SPIKE" if _least_deviation(update) > 0 else "DIP"
             evidence = max(evidence, params.threshold * far)
             score = max(score, evidence / (evidence + params.threshold))
+    if params.extreme_sigma:
+        side = _beyond_extremes(state, update, z, params)
+        if side is not None and kind is None:
+            kind = side
+            evidence = max(evidence, params.threshold)
+            score = max(score, evidence / (evidence + params.threshold))
     return Verdict(evidence, score, kind)
+
+
+def _beyond_extremes(
+    state: DetectorState, update: ModelUpdate, z: float, params: DetectorParams
+) -> str | None:
+    """ "SPIKE" if the window's count is above every count the query has
+    had and `z` (the clipped deviation) beats `extreme_sigma`; "DIP" if
+    below every one and `-z` beats it; else None. The query's highest and
+    lowest counts are updated (in place), after the window is judged.
+
+    Only on queries expected at least `extreme_min_expected` (at a few
+    searches a new record is one search away, and Poisson's tail there is
+    wider than the root scale's normal one), and once the detector has
+    judged the query for `lone_warmup_hours`: a young query's record is
+    no record. A state with no extremes yet (new, or written before the
+    fields) starts them at this window.
+    """
+    actual = float(update.actual)
+    if not state.HasField("value_high"):
+        state.value_high = state.value_low = actual
+        return None
+    high, low = state.value_high, state.value_low
+    state.value_high, state.value_low = max(high, actual), min(low, actual)
+    window_ms = update.window_end - update.window_start
+    judged_ms = (update.history - params.min_history_windows) * window_ms
+    if judged_ms < params.lone_warmup_hours * HOUR_MS:
+        return None
+    if update.expected < params.extreme_min_expected:
+        return None
+    sigma = params.extreme_sigma
+    if actual > high and z > sigma and update.expected >= params.min_expected_for_spike:
+        return "SPIKE"
+    if actual < low and -z > sigma and update.expected >= params.min_expected_for_dip:
+        return "DIP"
+    return None
 
 
 def _far_out(
