@@ -295,6 +295,64 @@ def test_extremes_are_judged_online():
     assert first.alerts[:1] == second.alerts[:1] == [500]
 
 
+NO_SURPRISE = DetectorParams(far_surprise=False)
+
+
+def bursty(days, every=24, width=4):
+    """Noisy counts with a burst of `width` windows at 2000 (about 25
+    spreads) every `every` windows: bursts that are the query's normal."""
+    counts = noisy(days * DAY)
+    starts = range(40, days * DAY - width, every)
+    for w in starts:
+        counts[w : w + width] = [2000] * width
+    return counts, starts
+
+
+def test_bursts_that_are_the_query_s_normal_stop_alerting():
+    counts, _ = bursty(4)
+    quiet_after = [w for w in replay(counts, NO_SEASON).alerts if w >= 3 * DAY]
+    assert quiet_after == []
+    # Each burst adds the full clip without the rule: one alert per burst
+    # or so, day after day.
+    loud_after = [w for w in replay(counts, NO_SEASON, NO_SURPRISE).alerts]
+    assert len([w for w in loud_after if w >= 3 * DAY]) >= 10
+
+
+def test_a_query_whose_windows_stayed_close_keeps_the_full_clip():
+    counts = noisy(2 * DAY)
+    counts[500:502] = [2000, 2000]  # two windows, beyond the clip
+    cusum = DetectorParams(lone_sigma=0.0, extreme_sigma=0.0)
+    cusum_without = DetectorParams(
+        lone_sigma=0.0, extreme_sigma=0.0, far_surprise=False
+    )
+    with_rule = replay(counts, NO_SEASON, cusum)
+    assert with_rule.alerts == replay(counts, NO_SEASON, cusum_without).alerts
+    assert with_rule.alerts == [501]
+    assert with_rule.scores == replay(counts, NO_SEASON, cusum_without).scores
+
+
+def test_the_share_of_far_windows_is_judged_before_the_window_joins():
+    params = DetectorParams()
+    state = DetectorState(far_share=0.0)
+    update = ModelUpdate(
+        query="q",
+        window_start=T0,
+        window_end=T0 + WINDOW,
+        actual=5000,
+        expected=1000.0,
+        history=10 * DAY,
+        deviation=50.0,
+    )
+    # No far window before: the full clip, and the share now counts it.
+    update_confidence(state, update, params)
+    assert state.spike == params.max_deviation_sigma - params.slack_sigma
+    assert state.far_share == 1.0 / params.evidence_memory_windows
+    # A share of 1/e: the next far window adds one nat beyond the slack.
+    state = DetectorState(far_share=math.exp(-1.0))
+    update_confidence(state, update, params)
+    assert abs(state.spike - 1.0) < 1e-12
+
+
 HALF_HOUR = 1_800_000
 HALF_HOURS_A_DAY = 48
 # Two weekend days a week at 40% of a weekday's traffic.

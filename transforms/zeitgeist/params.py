@@ -118,6 +118,12 @@ class DetectorParams:
     to the dip evidence, neither going below zero. The evidence is divided
     by ``1 + burst_tolerance * m``, m being its own mean over about
     `evidence_memory_windows` windows: bursty queries need more to alert.
+    With `far_surprise`, a window beyond `max_deviation_sigma` adds at most
+    its surprise for the query beyond the slack: the clip is
+    ``min(max_deviation_sigma, slack_sigma - ln s)``, s being the share of
+    the query's windows that went that far, over about
+    `evidence_memory_windows` (a query that bursts every few hours gets
+    little from one more burst; one that never did gets the full clip).
     An episode opens when that passes `threshold`, and closes after
     `close_after_windows` windows in a row below half of it. Dips need an
     expected count of at least `min_expected_for_dip`. The detector stays
@@ -152,6 +158,7 @@ class DetectorParams:
     lone_ratio: float = 1.3
     extreme_sigma: float = 4.0
     extreme_min_expected: float = 20.0
+    far_surprise: bool = True
 
     def __post_init__(self) -> None:
         if self.extreme_sigma < 0 or self.extreme_min_expected < 0:
