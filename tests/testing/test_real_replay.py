@@ -77,12 +77,18 @@ def test_in_process_replay_gives_the_jobs_scores_and_alerts(folder, tmp_path):
 
 
 def test_in_process_overrides_reach_the_detector(folder):
-    # A threshold no evidence can pass, with no lone window opening an
-    # episode on its own, raises no alert and scores lower.
+    # A threshold no evidence can pass, with no lone window and no window
+    # beyond the query's extremes opening an episode on its own, raises no
+    # alert and scores lower.
     benchmark = load_benchmark()
     default = benchmark.run_in_process(folder, [])
     deaf = benchmark.run_in_process(
-        folder, ["detector.threshold=1000000.0", "detector.lone_sigma=0.0"]
+        folder,
+        [
+            "detector.threshold=1000000.0",
+            "detector.lone_sigma=0.0",
+            "detector.extreme_sigma=0.0",
+        ],
     )
     assert any(alerts for _, _, _, alerts in default.values())
     assert not any(alerts for _, _, _, alerts in deaf.values())

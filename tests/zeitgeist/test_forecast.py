@@ -136,7 +136,9 @@ def noisy(windows, rate=1000, seed=13):
 
 
 NO_SEASON = ModelParams(seasonality="none")
-NO_LONE = DetectorParams(lone_sigma=0.0)
+# The CUSUM alone: no lone window, no window beyond the query's extremes.
+NO_LONE = DetectorParams(lone_sigma=0.0, extreme_sigma=0.0)
+NO_EXTREME = DetectorParams(extreme_sigma=0.0)
 
 
 def test_a_lone_far_out_window_opens_an_episode_where_past_windows_stayed_close():
@@ -191,6 +193,164 @@ def test_a_lone_window_is_judged_online():
     first, second = replay(counts, NO_SEASON), replay(later, NO_SEASON)
     assert first.scores[:501] == second.scores[:501]
     assert first.alerts[:1] == second.alerts[:1] == [500]
+
+
+def root_of(count):
+    return 2.0 * math.sqrt(count + 0.375)
+
+
+def count_at(spreads, rate=1000):
+    """The count `spreads` spreads of Poisson noise (on the root scale)
+    away from `rate`."""
+    return round((root_of(rate) / 2 + spreads / 2) ** 2)
+
+
+def test_a_window_beyond_every_count_the_query_has_had_opens_an_episode():
+    counts = noisy(2 * DAY)
+    assert max(counts[:500]) < count_at(5)
+    counts[500] = count_at(5)  # a new high, 5 spreads out: one window
+    folded = replay(counts, NO_SEASON)
+    assert 4 < folded.deviations[500] < 6  # below lone_sigma, one window
+    assert folded.alerts == [500]
+    # The CUSUM and the lone rule alone leave it: one window, not far out.
+    assert replay(counts, NO_SEASON, NO_EXTREME).alerts == []
+
+
+def test_a_window_below_every_count_the_query_has_had_opens_a_dip():
+    counts = noisy(2 * DAY)
+    assert min(counts[:500]) > count_at(-5)
+    counts[500] = count_at(-5)
+    folded = replay(counts, NO_SEASON)
+    assert -6 < folded.deviations[500] < -4
+    assert folded.alerts == [500]
+    assert replay(counts, NO_SEASON, NO_EXTREME).alerts == []
+
+
+def test_a_window_within_the_query_s_past_counts_is_no_extreme():
+    counts = noisy(2 * DAY)
+    counts[500] = count_at(5)
+    # The same count once before, in the first day (the warm-up, where no
+    # extreme opens an episode, but the query's highest count is kept).
+    counts[200] = count_at(5)
+    folded = replay(counts, NO_SEASON)
+    assert folded.deviations[500] > 4
+    assert folded.alerts == []
+
+
+def test_a_new_extreme_near_the_model_is_no_alert():
+    counts = noisy(2 * DAY)
+    counts[500] = count_at(3.5)  # a new high, but within extreme_sigma
+    assert max(counts[:500]) < counts[500]
+    assert replay(counts, NO_SEASON).alerts == []
+    assert replay(counts, NO_SEASON, DetectorParams(extreme_sigma=3.0)).alerts == [500]
+
+
+def test_a_young_query_s_extremes_are_not_yet_a_record():
+    counts = noisy(DAY // 2)
+    counts[100] = count_at(5)
+    assert replay(counts, NO_SEASON).alerts == []
+    no_warmup = DetectorParams(lone_warmup_hours=0.0)
+    assert replay(counts, NO_SEASON, no_warmup).alerts == [100]
+
+
+def test_a_query_of_a_few_searches_has_no_extremes():
+    # At ten searches a window a new record is a few searches away.
+    counts = noisy(2 * DAY, rate=10)
+    counts[500] = count_at(5, rate=10)
+    assert max(counts[:500]) < counts[500]
+    assert replay(counts, NO_SEASON).alerts == []
+    any_volume = DetectorParams(extreme_min_expected=0.0)
+    assert replay(counts, NO_SEASON, any_volume).alerts == [500]
+
+
+def test_a_state_without_extremes_starts_them_at_its_next_window():
+    # A DetectorState written before value_high and value_low: its first
+    # window sets them and is no record; the next window beyond is.
+    state = DetectorState()
+    params = DetectorParams()
+    update = ModelUpdate(
+        query="q",
+        window_start=T0,
+        window_end=T0 + WINDOW,
+        actual=5000,
+        expected=1000.0,
+        history=10 * DAY,
+        deviation=5.0,
+    )
+    assert update_confidence(state, update, params).kind is None
+    assert (state.value_high, state.value_low) == (5000.0, 5000.0)
+    update.window_start, update.window_end = T0 + WINDOW, T0 + 2 * WINDOW
+    update.actual = 5001
+    assert update_confidence(state, update, params).kind == "SPIKE"
+    assert state.value_high == 5001.0
+
+
+def test_extremes_are_judged_online():
+    counts = noisy(2 * DAY)
+    counts[500] = count_at(5)
+    later = list(counts)
+    later[501:510] = [count_at(8)] * 9  # higher counts after it change nothing
+    first, second = replay(counts, NO_SEASON), replay(later, NO_SEASON)
+    assert first.scores[:501] == second.scores[:501]
+    assert first.alerts[:1] == second.alerts[:1] == [500]
+
+
+NO_SURPRISE = DetectorParams(far_surprise=False)
+
+
+def bursty(days, every=24, width=4):
+    """Noisy counts with a burst of `width` windows at 2000 (about 25
+    spreads) every `every` windows: bursts that are the query's normal."""
+    counts = noisy(days * DAY)
+    starts = range(40, days * DAY - width, every)
+    for w in starts:
+        counts[w : w + width] = [2000] * width
+    return counts, starts
+
+
+def test_bursts_that_are_the_query_s_normal_stop_alerting():
+    counts, _ = bursty(4)
+    quiet_after = [w for w in replay(counts, NO_SEASON).alerts if w >= 3 * DAY]
+    assert quiet_after == []
+    # Each burst adds the full clip without the rule: one alert per burst
+    # or so, day after day.
+    loud_after = [w for w in replay(counts, NO_SEASON, NO_SURPRISE).alerts]
+    assert len([w for w in loud_after if w >= 3 * DAY]) >= 10
+
+
+def test_a_query_whose_windows_stayed_close_keeps_the_full_clip():
+    counts = noisy(2 * DAY)
+    counts[500:502] = [2000, 2000]  # two windows, beyond the clip
+    cusum = DetectorParams(lone_sigma=0.0, extreme_sigma=0.0)
+    cusum_without = DetectorParams(
+        lone_sigma=0.0, extreme_sigma=0.0, far_surprise=False
+    )
+    with_rule = replay(counts, NO_SEASON, cusum)
+    assert with_rule.alerts == replay(counts, NO_SEASON, cusum_without).alerts
+    assert with_rule.alerts == [501]
+    assert with_rule.scores == replay(counts, NO_SEASON, cusum_without).scores
+
+
+def test_the_share_of_far_windows_is_judged_before_the_window_joins():
+    params = DetectorParams()
+    state = DetectorState(far_share=0.0)
+    update = ModelUpdate(
+        query="q",
+        window_start=T0,
+        window_end=T0 + WINDOW,
+        actual=5000,
+        expected=1000.0,
+        history=10 * DAY,
+        deviation=50.0,
+    )
+    # No far window before: the full clip, and the share now counts it.
+    update_confidence(state, update, params)
+    assert state.spike == params.max_deviation_sigma - params.slack_sigma
+    assert state.far_share == 1.0 / params.evidence_memory_windows
+    # A share of 1/e: the next far window adds one nat beyond the slack.
+    state = DetectorState(far_share=math.exp(-1.0))
+    update_confidence(state, update, params)
+    assert abs(state.spike - 1.0) < 1e-12
 
 
 HALF_HOUR = 1_800_000

@@ -5,7 +5,7 @@ model's deviation z (in the query's own spreads of noise): each window adds
 ``z - slack`` to the spike evidence and ``-z - slack`` to the dip evidence,
 neither going below zero, and a window back to normal drains either to
 half the threshold. A single noisy window rarely passes the threshold; a
-real episode does within a window or two. Three guards keep
+real episode does within a window or two. Guards keep
 real traffic from alarming all day:
 
 - z is clipped at `max_deviation_sigma`: one burst cannot open an episode
@@ -15,6 +15,10 @@ real traffic from alarming all day:
   long-run mean: a query whose evidence often runs high needs more;
 - when the model adopts a lasting shift as the new normal, the evidence
   against the old one is dropped.
+- with `far_surprise`, a window beyond that clip adds at most its surprise
+  for the query, -ln of the share of its windows that went that far
+  (`DetectorState.far_share`): bursts that are the query's normal add
+  little.
 
 The score ``e / (e + threshold)`` is in [0, 1), 0.5 at the threshold, and
 keeps rising with the evidence, so a user can pick an operating point.
@@ -25,9 +29,18 @@ predictors beats `lone_sigma` and `lone_ratio` times the query's own far
 tail, the largest such deviation seen, halving every
 `lone_half_life_hours` (kept in `DetectorState.deviation_record`). A query
 that often has lone windows that far out keeps a high tail and needs more.
+
+A window beyond every count the query has had opens an episode alone
+(`extreme_sigma` > 0): above its highest count (or below its lowest) and
+beyond `extreme_sigma` on that side, the highest and lowest kept in
+`DetectorState.value_high` and `value_low`. A new record that the model
+did not expect is how many labelled anomalies of real series look (a
+server's request count at its all-time high, 4.4 spreads out, where the
+CUSUM wants a second window): its deviation alone is not far out enough.
 """
 
 import dataclasses
+import math
 
 from transforms.records.zeitgeist_pb2 import DetectorState, ModelUpdate
 from transforms.zeitgeist.params import DetectorParams
@@ -55,6 +68,9 @@ def update_confidence(
         return Verdict(0.0, 0.0, None)
     limit = params.max_deviation_sigma
     z = max(-limit, min(limit, update.deviation))
+    if params.far_surprise:
+        clip = _surprise_clip(state, update.deviation, params)
+        z = max(-clip, min(clip, z))
     spike = max(state.spike + z - params.slack_sigma, 0.0)
     dip = max(state.dip - z - params.slack_sigma, 0.0)
     if update.expected < params.min_expected_for_spike:
@@ -85,7 +101,73 @@ def update_confidence(
             kind = "SPIKE" if _least_deviation(update) > 0 else "DIP"
             evidence = max(evidence, params.threshold * far)
             score = max(score, evidence / (evidence + params.threshold))
+    if params.extreme_sigma:
+        full = max(-limit, min(limit, update.deviation))
+        side = _beyond_extremes(state, update, full, params)
+        if side is not None and kind is None:
+            kind = side
+            evidence = max(evidence, params.threshold)
+            score = max(score, evidence / (evidence + params.threshold))
     return Verdict(evidence, score, kind)
+
+
+def _surprise_clip(
+    state: DetectorState, deviation: float, params: DetectorParams
+) -> float:
+    """The CUSUM's clip for this window (`far_surprise`), and the query's
+    share of far windows updated (in place).
+
+    A window beyond `max_deviation_sigma` is, for the query, an event of
+    the share s of its past windows that went that far; it adds at most
+    ``-ln s`` (its surprise, in nats) beyond the slack, never more than
+    the usual clip. A query that bursts every few hours (disk writes, a
+    quantised CPU series whose every step is 20 spreads) gets little from
+    one more burst; one whose windows stayed close gets the full clip. The
+    share is judged before the window joins it, over about
+    `evidence_memory_windows` windows; it starts at 0 (the full clip), so
+    a new query is as sensitive as before.
+    """
+    share = state.far_share
+    far = 1.0 if abs(deviation) > params.max_deviation_sigma else 0.0
+    state.far_share = share + (far - share) / params.evidence_memory_windows
+    if share <= 0.0:
+        return params.max_deviation_sigma
+    return min(params.max_deviation_sigma, params.slack_sigma - math.log(share))
+
+
+def _beyond_extremes(
+    state: DetectorState, update: ModelUpdate, z: float, params: DetectorParams
+) -> str | None:
+    """ "SPIKE" if the window's count is above every count the query has
+    had and `z` (the clipped deviation) beats `extreme_sigma`; "DIP" if
+    below every one and `-z` beats it; else None. The query's highest and
+    lowest counts are updated (in place), after the window is judged.
+
+    Only on queries expected at least `extreme_min_expected` (at a few
+    searches a new record is one search away, and Poisson's tail there is
+    wider than the root scale's normal one), and once the detector has
+    judged the query for `lone_warmup_hours`: a young query's record is
+    no record. A state with no extremes yet (new, or written before the
+    fields) starts them at this window.
+    """
+    actual = float(update.actual)
+    if not state.HasField("value_high"):
+        state.value_high = state.value_low = actual
+        return None
+    high, low = state.value_high, state.value_low
+    state.value_high, state.value_low = max(high, actual), min(low, actual)
+    window_ms = update.window_end - update.window_start
+    judged_ms = (update.history - params.min_history_windows) * window_ms
+    if judged_ms < params.lone_warmup_hours * HOUR_MS:
+        return None
+    if update.expected < params.extreme_min_expected:
+        return None
+    sigma = params.extreme_sigma
+    if actual > high and z > sigma and update.expected >= params.min_expected_for_spike:
+        return "SPIKE"
+    if actual < low and -z > sigma and update.expected >= params.min_expected_for_dip:
+        return "DIP"
+    return None
 
 
 def _far_out(

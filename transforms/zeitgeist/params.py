@@ -118,6 +118,12 @@ class DetectorParams:
     to the dip evidence, neither going below zero. The evidence is divided
     by ``1 + burst_tolerance * m``, m being its own mean over about
     `evidence_memory_windows` windows: bursty queries need more to alert.
+    With `far_surprise`, a window beyond `max_deviation_sigma` adds at most
+    its surprise for the query beyond the slack: the clip is
+    ``min(max_deviation_sigma, slack_sigma - ln s)``, s being the share of
+    the query's windows that went that far, over about
+    `evidence_memory_windows` (a query that bursts every few hours gets
+    little from one more burst; one that never did gets the full clip).
     An episode opens when that passes `threshold`, and closes after
     `close_after_windows` windows in a row below half of it. Dips need an
     expected count of at least `min_expected_for_dip`. The detector stays
@@ -128,6 +134,13 @@ class DetectorParams:
     `lone_ratio` times the query's far tail: the largest such deviation
     seen, halving every `lone_half_life_hours`; not before the detector
     has judged the query for `lone_warmup_hours`.
+
+    A window beyond every count the query has had (above its highest, or
+    below its lowest) opens an episode when its deviation beats
+    `extreme_sigma` (0: never) on its side, the query's expected count is
+    at least `extreme_min_expected` (a record of a few searches is one
+    search away), and the detector has judged the query for
+    `lone_warmup_hours`.
     """
 
     slack_sigma: float = 1.0
@@ -143,8 +156,15 @@ class DetectorParams:
     lone_half_life_hours: float = 168.0
     lone_warmup_hours: float = 24.0
     lone_ratio: float = 1.3
+    extreme_sigma: float = 4.0
+    extreme_min_expected: float = 20.0
+    far_surprise: bool = True
 
     def __post_init__(self) -> None:
+        if self.extreme_sigma < 0 or self.extreme_min_expected < 0:
+            raise ValueError(
+                "detector.extreme_sigma and extreme_min_expected must be >= 0"
+            )
         if self.lone_sigma < 0 or self.lone_warmup_hours < 0:
             raise ValueError("detector.lone_sigma and lone_warmup_hours must be >= 0")
         if self.lone_half_life_hours <= 0 or self.lone_ratio <= 0:

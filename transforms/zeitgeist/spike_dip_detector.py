@@ -47,7 +47,10 @@ class SpikeDipDetector(beam.DoFn):
 
     State, per query, for the key's lifetime: `pending` updates waiting for
     their predecessor; `detector`, the `DetectorState` (evidence, its
-    long-run mean, the open episode, the last window scored); `recent`, the
+    long-run mean, the open episode, the last window scored, the lone
+    rule's far tail `deviation_record`, and the query's highest and lowest
+    counts `value_high` and `value_low`, and its share of far windows
+    `far_share`); `recent`, the
     state before each window within `retain_ms`, so that a late correction
     (revision > 0) is re-scored from where its window started. A correction
     re-scores its own window only, and if that window is now abnormal it
