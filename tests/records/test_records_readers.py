@@ -8,10 +8,10 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests.records.reader_outputs import counters, letters
 from transforms.records import ClickEvent, DeadLetter, QueryEvent, SearchQuery
 from transforms.records.parse import parse_search_query
 from transforms.records.readers import (
@@ -26,22 +26,6 @@ from transforms.records.readers import (
 
 T = 1700000000000
 NEW_YEAR_2024 = 1704067200000
-
-
-def letters(outputs, label="Letters"):
-    """Dead letters as comparable (source, location, reason, raw, record_type)."""
-    return outputs[DEAD_LETTERS] | label >> beam.Map(
-        lambda d: (d.source, d.location, d.reason, d.raw, d.record_type)
-    )
-
-
-def counters(result) -> dict[str, int]:
-    query = MetricsFilter().with_namespace("millwheel.records")
-    totals: dict[str, int] = {}
-    for counter in result.metrics().query(query)["counters"]:
-        name = counter.key.metric.name
-        totals[name] = totals.get(name, 0) + counter.committed
-    return {name: total for name, total in totals.items() if total}
 
 
 LONG_QUERY = "x" * 5000

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.util import BeamAssertException, assert_that
 
-from tests.records.test_records_readers import counters, letters
+from tests.records.reader_outputs import counters, letters
 from transforms.records.readers import RECORDS, ReadSearchQueries
 from transforms.records.search_batches import (
     PYTHON_WHITESPACE,
