@@ -6,6 +6,7 @@ import apache_beam as beam
 
 from transforms.millwheel.dedup import DedupByRecordId
 from transforms.records.dead_letter_pb2 import DeadLetter
+from transforms.records.dead_letters import DEAD_LETTERS
 from transforms.records.zeitgeist_pb2 import (
     Anomaly,
     ModelUpdate,
@@ -30,7 +31,6 @@ from transforms.zeitgeist.window_counter import LATE, CountWindows
 ANOMALIES = "anomalies"
 WINDOW_COUNTS = "window_counts"
 LATE_RECORDS = "late"
-DEAD_LETTERS = "dead_letters"
 
 
 class Zeitgeist(beam.PTransform):
