@@ -263,20 +263,26 @@ def test_a_query_of_a_few_searches_has_no_extremes():
     assert replay(counts, NO_SEASON, any_volume).alerts == [500]
 
 
-def test_a_state_without_extremes_starts_them_at_its_next_window():
-    # A DetectorState written before value_high and value_low: its first
-    # window sets them and is no record; the next window beyond is.
-    state = DetectorState()
-    params = DetectorParams()
-    update = ModelUpdate(
+def grown_query_window(deviation):
+    """The first window of 5000 searches, against 1000 expected, that a
+    detector state sees, on a query with ten days of history."""
+    return ModelUpdate(
         query="q",
         window_start=T0,
         window_end=T0 + WINDOW,
         actual=5000,
         expected=1000.0,
         history=10 * DAY,
-        deviation=5.0,
+        deviation=deviation,
     )
+
+
+def test_a_state_without_extremes_starts_them_at_its_next_window():
+    # A DetectorState written before value_high and value_low: its first
+    # window sets them and is no record; the next window beyond is.
+    state = DetectorState()
+    params = DetectorParams()
+    update = grown_query_window(deviation=5.0)
     assert update_confidence(state, update, params).kind is None
     assert (state.value_high, state.value_low) == (5000.0, 5000.0)
     update.window_start, update.window_end = T0 + WINDOW, T0 + 2 * WINDOW
@@ -334,15 +340,7 @@ def test_a_query_whose_windows_stayed_close_keeps_the_full_clip():
 def test_the_share_of_far_windows_is_judged_before_the_window_joins():
     params = DetectorParams()
     state = DetectorState(far_share=0.0)
-    update = ModelUpdate(
-        query="q",
-        window_start=T0,
-        window_end=T0 + WINDOW,
-        actual=5000,
-        expected=1000.0,
-        history=10 * DAY,
-        deviation=50.0,
-    )
+    update = grown_query_window(deviation=50.0)
     # No far window before: the full clip, and the share now counts it.
     update_confidence(state, update, params)
     assert state.spike == params.max_deviation_sigma - params.slack_sigma

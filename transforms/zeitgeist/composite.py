@@ -169,9 +169,9 @@ class ZeitgeistOnBatches(Zeitgeist):
         ).with_outputs(IDENTIFIED, LATEST, DEAD_LETTERS, main="partials")
         partials, latest = counted.partials, counted[LATEST]
         if split:
-            unique = counted[IDENTIFIED] | "Dedup" >> DedupByRecordId(
-                lambda search: search.record_id, self._dedup_horizon_ms
-            ).with_output_types(tuple[str, SearchQuery])
+            unique = counted[IDENTIFIED] | "Dedup" >> _dedup_searches(
+                self._dedup_horizon_ms
+            )
             partials = (partials, unique) | "Merge" >> beam.Flatten()
             unique_times = unique | "EventTimes" >> beam.Map(
                 lambda kv: kv[1].event_time
@@ -194,7 +194,12 @@ class _DedupIdentified(beam.PTransform):
         identified, anonymous = keyed | "SplitById" >> beam.Partition(
             lambda kv, _: 0 if kv[1].record_id else 1, 2
         )
-        unique = identified | "Dedup" >> DedupByRecordId(
-            lambda search: search.record_id, self._horizon_ms
-        ).with_output_types(tuple[str, SearchQuery])
+        unique = identified | "Dedup" >> _dedup_searches(self._horizon_ms)
         return (unique, anonymous) | "Merge" >> beam.Flatten()
+
+
+def _dedup_searches(horizon_ms: int) -> beam.PTransform:
+    """`DedupByRecordId` of keyed searches, by their `record_id`."""
+    return DedupByRecordId(
+        lambda search: search.record_id, horizon_ms
+    ).with_output_types(tuple[str, SearchQuery])

@@ -67,7 +67,8 @@ def update_confidence(
     if update.history < params.min_history_windows:
         return Verdict(0.0, 0.0, None)
     limit = params.max_deviation_sigma
-    z = max(-limit, min(limit, update.deviation))
+    clipped = max(-limit, min(limit, update.deviation))
+    z = clipped
     if params.far_surprise:
         clip = _surprise_clip(state, update.deviation, params)
         z = max(-clip, min(clip, z))
@@ -102,8 +103,7 @@ def update_confidence(
             evidence = max(evidence, params.threshold * far)
             score = max(score, evidence / (evidence + params.threshold))
     if params.extreme_sigma:
-        full = max(-limit, min(limit, update.deviation))
-        side = _beyond_extremes(state, update, full, params)
+        side = _beyond_extremes(state, update, clipped, params)
         if side is not None and kind is None:
             kind = side
             evidence = max(evidence, params.threshold)
@@ -156,9 +156,7 @@ def _beyond_extremes(
         return None
     high, low = state.value_high, state.value_low
     state.value_high, state.value_low = max(high, actual), min(low, actual)
-    window_ms = update.window_end - update.window_start
-    judged_ms = (update.history - params.min_history_windows) * window_ms
-    if judged_ms < params.lone_warmup_hours * HOUR_MS:
+    if _warming_up(update, params):
         return None
     if update.expected < params.extreme_min_expected:
         return None
@@ -194,10 +192,17 @@ def _far_out(
     window_ms = update.window_end - update.window_start
     decay = 0.5 ** (window_ms / (params.lone_half_life_hours * HOUR_MS))
     state.deviation_record = max(size, decay * state.deviation_record)
-    judged_ms = (update.history - params.min_history_windows) * window_ms
-    if not side_ok or judged_ms < params.lone_warmup_hours * HOUR_MS:
+    if not side_ok or _warming_up(update, params):
         return 0.0
     return size / level
+
+
+def _warming_up(update: ModelUpdate, params: DetectorParams) -> bool:
+    """Whether the detector has judged the query for less than
+    `lone_warmup_hours` of event time, when its records mean nothing yet."""
+    window_ms = update.window_end - update.window_start
+    judged_ms = (update.history - params.min_history_windows) * window_ms
+    return judged_ms < params.lone_warmup_hours * HOUR_MS
 
 
 def _least_deviation(update: ModelUpdate) -> float:
