@@ -62,16 +62,11 @@ from testing.nab import (  # noqa: E402
 )
 from transforms.records.zeitgeist_pb2 import (  # noqa: E402
     Anomaly,
-    DetectorState,
     EpisodeStatus,
-    ModelState,
     WindowCount,
     WindowScore,
 )
-from transforms.zeitgeist.confidence import update_confidence  # noqa: E402
-from transforms.zeitgeist.episodes import advance  # noqa: E402
-from transforms.zeitgeist.forecast import fold as fold_window  # noqa: E402
-from transforms.zeitgeist.model_calculator import model_update  # noqa: E402
+from transforms.zeitgeist.batch_detection import SeriesJudge  # noqa: E402
 from transforms.zeitgeist.params import DetectorParams, ModelParams  # noqa: E402
 from transforms.zeitgeist.query_keys import fold  # noqa: E402
 
@@ -194,16 +189,14 @@ def replay(
 ) -> tuple[list[float], list[int]]:
     """The series' per-row scores and alert rows, computed in process.
 
-    Row i is window i of the series' query, as in the job; each window goes
-    through what `ModelCalculator` and `SpikeDipDetector` do to a window
-    that arrives in order: fold into the model, score, advance the episode.
+    Row i is window i of the series' query, as in the job; the windows go
+    through `SeriesJudge`, the model and detector of a batch job's query.
     """
     query = query_name(series)
     start = first_window_ms(series, bucket_s)
     step = bucket_s * 1000
-    model_state, detector_state = ModelState(), DetectorState()
+    judge = SeriesJudge(query, model, detector, step)
     scores, alerts = [], []
-    previous = None
     for i, count in enumerate(as_counts(series.values)):
         window_start = start + i * step
         window = WindowCount(
@@ -212,15 +205,9 @@ def replay(
             window_end=window_start + step,
             count=count,
         )
-        folded = fold_window(model_state, model, window_start, step, count)
-        update = model_update(
-            query, window, folded.prediction, previous, folded.new_normal
-        )
-        previous = window_start
-        verdict = update_confidence(detector_state, update, detector)
-        scores.append(verdict.score)
-        record = advance(detector_state, update, verdict, detector)
-        if record is not None and is_alert(record):
+        judged = judge.judge(window)
+        scores.append(judged.verdict.score)
+        if judged.record is not None and is_alert(judged.record):
             alerts.append(i)
     return scores, alerts
 

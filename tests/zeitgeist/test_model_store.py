@@ -10,6 +10,8 @@ import json
 import logging
 
 import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from apache_beam.metrics.execution import MetricsContainer
 from apache_beam.metrics.metric import MetricsFilter
@@ -359,17 +361,21 @@ def test_a_retried_bundle_does_not_fence_itself_out(bigtable_instance):
     assert by_query(stored_models(bigtable_instance)) == {"cats": expected_model}
 
 
+# Parquet takes the columnar path (`Zeitgeist.on_batches`), which keeps
+# `ModelCalculator` when models are stored.
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_cli_persists_models_with_model_store_bigtable(
-    bigtable_instance, tmp_path, capsys
+    bigtable_instance, tmp_path, capsys, fmt
 ):
-    source = tmp_path / "searches.jsonl"
-    source.write_text(
-        "".join(
-            json.dumps({"query": s.query, "event_time": s.event_time, "count": s.count})
-            + "\n"
-            for s in searches(FIRST_HALF)
-        )
-    )
+    rows = [
+        {"query": s.query, "event_time": s.event_time, "count": s.count}
+        for s in searches(FIRST_HALF)
+    ]
+    source = tmp_path / f"searches.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), source)
+    else:
+        source.write_text("".join(json.dumps(row) + "\n" for row in rows))
     args = ["--input", str(source), "--output", str(tmp_path / "out")]
     args += ["--window_seconds", "60", "--model_store", "bigtable"]
     args += ["--bigtable_project", bigtable_instance.project]

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines.outputs import read_output
 from pipelines.zeitgeist import build
@@ -22,6 +23,7 @@ from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.readers import ReadSearchQueries
 from transforms.records.zeitgeist_pb2 import (
     Anomaly,
+    EpisodeStatus,
     SearchQuery,
     WindowCount,
     WindowScore,
@@ -48,6 +50,17 @@ OUTPUTS = {
     LATE_RECORDS: SearchQuery,
     DEAD_LETTERS: DeadLetter,
 }
+
+
+# What the window counter and the detector count, whichever path they take.
+COUNTERS = (
+    "windows_emitted",
+    "zero_windows_emitted",
+    "spikes_detected",
+    "dips_detected",
+    "episodes_closed",
+    "episodes_open_at_end",
+)
 
 
 def drop_unwanted(query: str) -> str:
@@ -115,11 +128,25 @@ def _run(
     steps = pipeline.to_runner_api().components.transforms.values()
     # Parquet read as the files they are takes the columnar path.
     assert any(s.unique_name.endswith("/PreCount") for s in steps) == (read is None)
-    pipeline.run().wait_until_finish()
-    return {
+    result = pipeline.run()
+    result.wait_until_finish()
+    outputs = {
         name: sorted(m.SerializeToString() for m in read_output(output, name, kind))
         for name, kind in OUTPUTS.items()
     }
+    outputs["counters"] = _counters(result)
+    return outputs
+
+
+def _counters(result) -> dict[str, int]:
+    """`COUNTERS` of a finished run, 0 where not counted."""
+    totals = dict.fromkeys(COUNTERS, 0)
+    query = MetricsFilter().with_namespace("millwheel.zeitgeist")
+    for counter in result.metrics().query(query)["counters"]:
+        name = counter.key.metric.name
+        if name in totals:
+            totals[name] += counter.committed
+    return totals
 
 
 def _same_outputs(searches: Searches, output: pathlib.Path, dedup_ms: int) -> dict:
@@ -127,8 +154,9 @@ def _same_outputs(searches: Searches, output: pathlib.Path, dedup_ms: int) -> di
     per_row = _run(searches.path, output / "rows", ReadSearchQueries, dedup_ms)
     columnar = _run(searches.path, output / "columnar", None, dedup_ms)
     assert len(per_row[DEAD_LETTERS]) == 3  # bad count, blank, unwanted
-    for name in OUTPUTS:
+    for name in [*OUTPUTS, "counters"]:
         assert columnar[name] == per_row[name], name
+    assert columnar["counters"]["windows_emitted"] == len(columnar[WINDOW_COUNTS])
     return columnar
 
 
@@ -170,7 +198,7 @@ def test_zero_windows_follow_the_activity_horizon_and_stop_at_the_input_end(
     window = WindowParams(size_ms=WINDOW_MS, activity_horizon_windows=horizon)
     per_row = _run(path, tmp_path / "rows", ReadSearchQueries, 0, window)
     columnar = _run(path, tmp_path / "columnar", None, 0, window)
-    for name in OUTPUTS:
+    for name in [*OUTPUTS, "counters"]:
         assert columnar[name] == per_row[name], name
     emitted = {}
     for raw in per_row[WINDOW_COUNTS]:
@@ -182,3 +210,29 @@ def test_zero_windows_follow_the_activity_horizon_and_stop_at_the_input_end(
     else:
         assert sorted(emitted["gappy"]) == at["gappy"]
     assert emitted["late"] == [14]
+
+
+def test_an_episode_still_open_at_the_end_is_summarised_on_both_paths(tmp_path):
+    # A steady query, then a surge over its last windows: its episode opens
+    # and is still open when the input ends.
+    start = 1_767_571_200_000
+    counts = [50 + (w % 3) for w in range(40)] + [400, 450, 500]
+    path = tmp_path / "surge.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "query": ["surge"] * len(counts),
+                "event_time": [start + w * WINDOW_MS for w in range(len(counts))],
+                "count": counts,
+            }
+        ),
+        path,
+    )
+    per_row = _run(path, tmp_path / "rows", ReadSearchQueries, 0)
+    columnar = _run(path, tmp_path / "columnar", None, 0)
+    for name in [*OUTPUTS, "counters"]:
+        assert columnar[name] == per_row[name], name
+    statuses = [Anomaly.FromString(a).status for a in columnar[ANOMALIES]]
+    assert statuses == [EpisodeStatus.OPENED, EpisodeStatus.OPEN_AT_END]
+    assert columnar["counters"]["episodes_open_at_end"] == 1
+    assert columnar["counters"]["spikes_detected"] == 1

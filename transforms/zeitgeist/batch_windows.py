@@ -21,6 +21,7 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from apache_beam.utils.timestamp import Timestamp
 
 from transforms.millwheel.event_time import last_instant, window_start
 from transforms.records.zeitgeist_pb2 import SearchQuery, WindowCount
@@ -48,36 +49,92 @@ def series_windows(
     return [(start, counts.get(start, 0)) for start in sorted(starts)]
 
 
-class EmitSeries(beam.DoFn):
-    """`(query, [(window start, count)])` to `(query, WindowCount)`s, each
-    stamped with its window's last instant and linked to the one before, as
-    `WindowCounter` emits them."""
+def series_counts(
+    key: str, partials: Iterable[tuple[int, int]], params: WindowParams, input_end: int
+) -> Iterator[WindowCount]:
+    """The `WindowCount`s of `series_windows`, in order, each linked to the
+    one before, as `WindowCounter` emits them."""
+    size = params.size_ms
+    previous = None
+    horizon = params.activity_horizon_windows
+    for start, count in series_windows(partials, size, horizon, input_end):
+        yield WindowCount(
+            query=key,
+            window_start=start,
+            window_end=start + size,
+            count=count,
+            revision=0,
+            previous_window_start=previous,
+        )
+        previous = start
 
-    def __init__(self, params: WindowParams):
-        self._params = params
+
+class WindowCounters:
+    """`WindowCounter`'s metrics of the windows it emits."""
+
+    def __init__(self) -> None:
         self._emitted = Metrics.counter(METRICS_NAMESPACE, "windows_emitted")
         self._zero = Metrics.counter(METRICS_NAMESPACE, "zero_windows_emitted")
 
+    def stamp(self, window: WindowCount) -> Timestamp:
+        """Count `window` as emitted; return the timestamp it is emitted
+        with, its last instant."""
+        self._emitted.inc()
+        if not window.count:
+            self._zero.inc()
+        return last_instant(window.window_end)
+
+
+class EmitSeries(beam.DoFn):
+    """`(query, [(window start, count)])` to `(query, WindowCount)`s, each
+    stamped with its window's last instant (`series_counts`)."""
+
+    def __init__(self, params: WindowParams):
+        self._params = params
+        self._counted = WindowCounters()
+
     def process(self, element, input_end: int) -> Iterator[Any]:
         key, partials = element
-        size = self._params.size_ms
-        horizon = self._params.activity_horizon_windows
-        previous = None
-        for start, count in series_windows(partials, size, horizon, input_end):
-            window = WindowCount(
-                query=key,
-                window_start=start,
-                window_end=start + size,
-                count=count,
-                revision=0,
-                previous_window_start=previous,
-            )
-            previous = start
-            self._emitted.inc()
-            if not count:
-                self._zero.inc()
-            stamp = last_instant(start + size)
+        for window in series_counts(key, partials, self._params, input_end):
+            stamp = self._counted.stamp(window)
             yield beam.window.TimestampedValue((key, window), stamp)
+
+
+class GroupSeries(beam.PTransform):
+    """`(query, SearchQuery)` partial counts of a bounded input to
+    `(query, [(window start, count)])`: one element per query, its whole
+    series (unordered)."""
+
+    def __init__(self, size_ms: int):
+        super().__init__()
+        self._size_ms = size_ms
+
+    def expand(self, partials):
+        if not partials.is_bounded:
+            raise ValueError(
+                "A query's whole series is known in batch only; "
+                "use CountWindows in streaming"
+            )
+        size = self._size_ms
+        return (
+            partials
+            | "ByWindow"
+            >> beam.MapTuple(
+                lambda key, search: (
+                    key,
+                    (window_start(search.event_time, size), search.count),
+                )
+            ).with_output_types(tuple[str, tuple[int, int]])
+            | "Series" >> beam.GroupByKey()
+        )
+
+
+def input_end(latest_event_times: beam.PCollection) -> beam.pvalue.AsSingleton:
+    """The input's last search, as a side input, from event times whose
+    maximum it is (partials are stamped with their earliest search)."""
+    return beam.pvalue.AsSingleton(
+        latest_event_times | "Latest" >> beam.CombineGlobally(last_event_time)
+    )
 
 
 class CountSeries(beam.PTransform):
@@ -94,24 +151,10 @@ class CountSeries(beam.PTransform):
         self._latest_event_times = latest_event_times
 
     def expand(self, partials):
-        if not partials.is_bounded:
-            raise ValueError(
-                "CountSeries counts a bounded input; use CountWindows in streaming"
-            )
-        size = self._params.size_ms
-        end = beam.pvalue.AsSingleton(
-            self._latest_event_times | "Latest" >> beam.CombineGlobally(last_event_time)
-        )
+        end = input_end(self._latest_event_times)
         return (
             partials
-            | "ByWindow"
-            >> beam.MapTuple(
-                lambda key, search: (
-                    key,
-                    (window_start(search.event_time, size), search.count),
-                )
-            ).with_output_types(tuple[str, tuple[int, int]])
-            | "Series" >> beam.GroupByKey()
+            | "Group" >> GroupSeries(self._params.size_ms)
             | "Windows"
             >> beam.ParDo(EmitSeries(self._params), input_end=end)
             .with_output_types(tuple[str, WindowCount], **{LATE: SearchQuery})

@@ -15,6 +15,7 @@ from transforms.records.zeitgeist_pb2 import (
     WindowScore,
 )
 from transforms.zeitgeist.batch_counts import IDENTIFIED, LATEST, PreCountSearches
+from transforms.zeitgeist.batch_detection import WINDOWS, DetectSeries
 from transforms.zeitgeist.batch_windows import CountSeries
 from transforms.zeitgeist.keying import KeyByQuery
 from transforms.zeitgeist.model_calculator import ModelCalculator
@@ -147,7 +148,10 @@ class ZeitgeistOnBatches(Zeitgeist):
     table is counted per (query, window) in Arrow first (`PreCountSearches`),
     so only the partial counts go through Python one by one. Searches with a
     record id still go one by one through `DedupByRecordId` when
-    `dedup_horizon_ms` is set. Get one with `Zeitgeist(...).on_batches()`.
+    `dedup_horizon_ms` is set. Each query's windows, model and episodes then
+    come from its whole series in one pass (`DetectSeries`), or, with a
+    model store, from `CountSeries` and the two stateful DoFns. Get one with
+    `Zeitgeist(...).on_batches()`.
 
     Example::
 
@@ -177,10 +181,24 @@ class ZeitgeistOnBatches(Zeitgeist):
                 lambda kv: kv[1].event_time
             )
             latest = (latest, unique_times) | "MergeLatest" >> beam.Flatten()
-        # Bounded: each query's windows follow from its whole series, with
-        # no timer per window (`CountSeries`).
-        count_series = CountSeries(self._window, latest)
-        return self._detect(partials, counted[DEAD_LETTERS], count_series)
+        if self._model_store:
+            # Bounded: each query's windows follow from its whole series, with
+            # no timer per window (`CountSeries`); the models go through
+            # `ModelCalculator`, which seeds and persists them.
+            count_series = CountSeries(self._window, latest)
+            return self._detect(partials, counted[DEAD_LETTERS], count_series)
+        # Without a store, the model and detector are a loop over each
+        # query's whole series, in the same pass (`DetectSeries`).
+        detected = partials | "DetectSeries" >> DetectSeries(
+            self._window, self._model, self._detector, latest
+        )
+        return {
+            ANOMALIES: detected.anomalies,
+            WINDOW_COUNTS: detected[WINDOWS],
+            SCORES: detected[SCORES],
+            LATE_RECORDS: detected[LATE],
+            DEAD_LETTERS: counted[DEAD_LETTERS],
+        }
 
 
 class _DedupIdentified(beam.PTransform):

@@ -67,12 +67,7 @@ class SpikeDipDetector(beam.DoFn):
     def __init__(self, params: DetectorParams, retain_ms: int = 0):
         self._params = params
         self._retain_ms = retain_ms
-        self._episodes = {
-            kind: Metrics.counter(METRICS_NAMESPACE, f"{kind.lower()}s_detected")
-            for kind in ("SPIKE", "DIP")
-        }
-        self._closed = Metrics.counter(METRICS_NAMESPACE, "episodes_closed")
-        self._open_at_end = Metrics.counter(METRICS_NAMESPACE, "episodes_open_at_end")
+        self._counted = EpisodeCounters()
         self._gaps = Metrics.counter(METRICS_NAMESPACE, "detector_sequence_gaps")
         self._unmatched = Metrics.counter(
             METRICS_NAMESPACE, "corrections_without_confidence"
@@ -111,7 +106,7 @@ class SpikeDipDetector(beam.DoFn):
             yield _score(ready, verdict, state)
             record = advance(state, ready, verdict, self._params)
             if record is not None:
-                yield self._count(record)
+                yield self._counted.count(record)
                 if record.status == EpisodeStatus.OPENED:
                     end_of_input.set(window.max_timestamp())
         state.last_window_start = due[-1].window_start
@@ -127,8 +122,7 @@ class SpikeDipDetector(beam.DoFn):
         if summary is None:
             return
         detector.write(state)
-        self._open_at_end.inc()
-        yield summary
+        yield self._counted.count(summary)
 
     def _correct(self, update: ModelUpdate, recent):
         before = (recent.read() or {}).get(update.window_start)
@@ -139,34 +133,57 @@ class SpikeDipDetector(beam.DoFn):
         verdict = update_confidence(state, update, self._params)
         yield _score(update, verdict, state)
         if verdict.kind is not None:
-            yield self._count(amended(update, verdict))
+            yield self._counted.count(amended(update, verdict))
 
-    def _count(self, record: Anomaly) -> Anomaly:
-        if record.status == EpisodeStatus.CLOSED:
-            self._closed.inc()
+
+class EpisodeCounters:
+    """The detector's metrics: episodes by kind as they open (or are
+    amended), episodes closed, episodes still open when the input ended."""
+
+    def __init__(self) -> None:
+        self._opened = {
+            kind: Metrics.counter(METRICS_NAMESPACE, f"{kind.lower()}s_detected")
+            for kind in ("SPIKE", "DIP")
+        }
+        self._ended = {
+            EpisodeStatus.CLOSED: Metrics.counter(METRICS_NAMESPACE, "episodes_closed"),
+            EpisodeStatus.OPEN_AT_END: Metrics.counter(
+                METRICS_NAMESPACE, "episodes_open_at_end"
+            ),
+        }
+
+    def count(self, record: Anomaly) -> Anomaly:
+        """Count `record`; return it."""
+        ended = self._ended.get(record.status)
+        if ended is not None:
+            ended.inc()
         else:
-            self._episodes[AnomalyKind.Name(record.kind)].inc()
+            self._opened[AnomalyKind.Name(record.kind)].inc()
         return record
 
 
-def _score(update: ModelUpdate, verdict: Verdict, state: DetectorState):
-    return beam.pvalue.TaggedOutput(
-        SCORES,
-        WindowScore(
-            query=update.query,
-            window_start=update.window_start,
-            window_end=update.window_end,
-            actual=update.actual,
-            expected=update.expected,
-            stddev=update.stddev,
-            score=verdict.score,
-            spike_confidence=state.spike,
-            dip_confidence=state.dip,
-            revision=update.revision,
-            history=update.history,
-            deviation=update.deviation,
-        ),
+def window_score(
+    update: ModelUpdate, verdict: Verdict, state: DetectorState
+) -> WindowScore:
+    """The score record of a window judged into `state`."""
+    return WindowScore(
+        query=update.query,
+        window_start=update.window_start,
+        window_end=update.window_end,
+        actual=update.actual,
+        expected=update.expected,
+        stddev=update.stddev,
+        score=verdict.score,
+        spike_confidence=state.spike,
+        dip_confidence=state.dip,
+        revision=update.revision,
+        history=update.history,
+        deviation=update.deviation,
     )
+
+
+def _score(update: ModelUpdate, verdict: Verdict, state: DetectorState):
+    return beam.pvalue.TaggedOutput(SCORES, window_score(update, verdict, state))
 
 
 def _copy(state: DetectorState) -> DetectorState:
