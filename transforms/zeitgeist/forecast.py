@@ -94,8 +94,9 @@ def predict(
     """Expected count and its spread for the window at `window_start`."""
     if state.history == 0:
         return Prediction(expected=0.0, stddev=1.0, history=0)
+    memories = _memories(params, window_ms)
     return _predict(
-        state, params, _seasonal_roots(state, params, window_start, window_ms)
+        state, params, _seasonal_roots(state, params, memories, window_start)
     )
 
 
@@ -135,7 +136,9 @@ def fold(
     actual: int,
 ) -> Folded:
     """Fold the window's count into `state`; return the prediction it had."""
-    _forget_skipped(state, params, window_start, window_ms)
+    # One lookup of the memories per window: the cache hashes `params`.
+    memories = _memories(params, window_ms)
+    _forget_skipped(state, memories, window_start, window_ms)
     value = root(actual)
     new_normal = False
     if state.history == 0:
@@ -144,10 +147,10 @@ def fold(
     else:
         # Learning moves no memory before it reads them: one lookup serves
         # the prediction and the update.
-        seasonal = _seasonal_roots(state, params, window_start, window_ms)
+        seasonal = _seasonal_roots(state, params, memories, window_start)
         prediction = _predict(state, params, seasonal)
         new_normal = _update(state, params, prediction, seasonal, value)
-    _remember(state, params, window_start, window_ms, value)
+    _remember(state, memories, window_start, window_ms, value)
     state.history += 1
     state.last_window_start = window_start
     return Folded(prediction, new_normal)
@@ -233,8 +236,9 @@ def predictor_in_use(
     memory)."""
     if state.history == 0:
         return "level"
+    memories = _memories(params, window_ms)
     return _chosen(
-        state, params, _seasonal_roots(state, params, window_start, window_ms)
+        state, params, _seasonal_roots(state, params, memories, window_start)
     )
 
 
@@ -321,12 +325,15 @@ def _memories(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
 
 
 def _seasonal_roots(
-    state: ModelState, params: ModelParams, window_start: int, window_ms: int
+    state: ModelState,
+    params: ModelParams,
+    memories: tuple[_Memory, ...],
+    window_start: int,
 ) -> dict[str, float]:
     """Each seasonal predictor's root for the window, by name, where known:
     the median of the slot's roots over the remembered seasons, plus offset."""
     roots = {}
-    for memory in _memories(params, window_ms):
+    for memory in memories:
         ring = getattr(state, f"{memory.name}_roots")
         if len(ring) != memory.size:
             continue  # none yet, or kept at another window size
@@ -344,12 +351,12 @@ def _seasonal_roots(
 
 def _remember(
     state: ModelState,
-    params: ModelParams,
+    memories: tuple[_Memory, ...],
     window_start: int,
     window_ms: int,
     value: float,
 ) -> None:
-    for memory in _memories(params, window_ms):
+    for memory in memories:
         ring = getattr(state, f"{memory.name}_roots")
         if len(ring) != memory.size:
             # A new memory, or one kept at another window size: start afresh.
@@ -368,14 +375,17 @@ def _remember(
 
 
 def _forget_skipped(
-    state: ModelState, params: ModelParams, window_start: int, window_ms: int
+    state: ModelState,
+    memories: tuple[_Memory, ...],
+    window_start: int,
+    window_ms: int,
 ) -> None:
     """Windows skipped since the last fold (an idle query) are unknown, not
     whatever their slots held a season or more ago."""
-    if not state.history:
-        return
     first_ms = state.last_window_start + window_ms
-    for memory in _memories(params, window_ms):
+    if not state.history or first_ms == window_start:
+        return  # the usual case: no window skipped
+    for memory in memories:
         ring = getattr(state, f"{memory.name}_roots")
         if len(ring) != memory.size:
             continue
