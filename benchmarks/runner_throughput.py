@@ -11,9 +11,10 @@ Two workloads, three engines, one run, all on ``--master`` (``local[2]``).
 ``testing.zeitgeist_generator`` (one record per search) are written to a
 Parquet file once, then
 
-- ``SparkRunner``: the whole Zeitgeist job (``pipelines.zeitgeist.build``:
-  ReadSearchQueries, event time, ``Zeitgeist``, JSON Lines sinks, with the
-  window_counts output the CLI's ``--write_window_counts`` adds);
+- ``SparkRunner``: the whole Zeitgeist job (``pipelines.zeitgeist.build``,
+  which takes the columnar path for Parquet: ``ReadSearchBatches``,
+  ``Zeitgeist.on_batches()``, JSON Lines sinks, with the window_counts
+  output the CLI's ``--write_window_counts`` adds);
 - ``DirectRunner``: the same job, Beam's default in-memory mode;
 - ``pyspark-rdd``: only the (query, 5-minute window) counts, by hand, from
   the same Parquet file with ``spark.read.parquet`` and ``reduceByKey``: the
