@@ -9,6 +9,7 @@ seeded fuzz of mutated good lines checks the same, and a pipeline checks
 `ReadSearchBatches` against `ReadSearchQueries`, counters included.
 """
 
+import csv
 import gzip
 import json
 import random
@@ -237,6 +238,18 @@ def test_files_whose_header_is_not_plain_are_read_line_by_line(tmp_path, header)
     _assert_same(path, "csv")
 
 
+def test_a_quoted_field_over_the_csv_modules_limit_is_refused_as_there(tmp_path):
+    limit = csv.field_size_limit()
+    rows = [b'"long",%d,1,"%s",' % (T, b"r" * n) for n in (limit - 100, limit + 1)]
+    rows.append(b"unquoted,%d,1,%s," % (T, b"r" * (limit + 1)))
+    path = _write(tmp_path / "l.csv", [CSV_HEADER, *rows])
+    searches, dead, _ = _assert_same(path, "csv", max_line_bytes=4 * limit)
+    assert len(searches) == 2
+    assert [d[2] for d in dead] == [
+        f"invalid CSV: field larger than field limit ({limit})"
+    ]
+
+
 def test_plain_lines_never_take_the_per_line_path(tmp_path, per_line_calls):
     jsonl = _write(tmp_path / "g.jsonl", [_good_jsonl(i) for i in range(500)])
     rows = [b'"q%d",%d,"r%d",%d' % (i % 7, T + i, i, i % 3) for i in range(250)]
@@ -255,6 +268,16 @@ def test_odd_lines_alone_take_the_per_line_path(tmp_path, per_line_calls):
     path = _write(tmp_path / "o.jsonl", lines)
     _outputs(path, "jsonl", read_text_searches)
     assert per_line_calls == {"jsonl_record": 2}
+
+
+def test_a_block_arrow_refuses_is_read_line_by_line(tmp_path, monkeypatch):
+    def refuse(self, lines):
+        raise pa.ArrowInvalid("refused")
+
+    monkeypatch.setattr(text_batches._JsonLines, "parse", refuse)
+    monkeypatch.setattr(text_batches, "_BLOCK_LINES", 10)
+    path = _write(tmp_path / "r.jsonl", [_good_jsonl(i) for i in range(25)])
+    assert len(_assert_same(path, "jsonl")[0]) == 25
 
 
 def test_blocks_keep_line_numbers_across_their_bounds(tmp_path, monkeypatch):

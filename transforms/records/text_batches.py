@@ -19,7 +19,8 @@ strings without backslashes or control characters. So escapes, floats, big
 integers, NaN, nested values and other keys go to the per-line path.
 
 Eligible CSV rows: as many fields as the header has columns, each either
-without quotes or wholly quoted without quotes inside, and no "\\r" or NUL.
+without quotes or wholly quoted without quotes inside, no "\\r" or NUL, and,
+if it has quotes, shorter than `csv.field_size_limit()`.
 A row whose `event_time` is not a plain integer (`-?[0-9]{1,18}`, so no ISO
 time, sign, space or underscore that `int()` would also take), or whose
 `count` is neither that nor empty, is left to the per-line path. A file
@@ -29,6 +30,7 @@ than `_MAX_CSV_COLUMNS` columns is read line by line.
 
 from __future__ import annotations
 
+import csv
 import io
 from collections.abc import Iterator
 from typing import Any, BinaryIO
@@ -115,10 +117,15 @@ def _read_block(
     """One block's dead letters, then its valid searches as one table."""
     texts, readable = _texts(block, reader.max_line_bytes)
     eligible = np.flatnonzero(readable & text_format.eligible(texts))
-    if len(eligible):
-        batch = text_format.parse(b"\n".join(block[i][1] for i in eligible.tolist()))
-    else:
-        batch = pa.RecordBatch.from_pylist([], schema=_READ_SCHEMA)
+    batch = pa.RecordBatch.from_pylist([], schema=_READ_SCHEMA)
+    try:
+        if len(eligible):
+            batch = text_format.parse(b"\n".join(block[i][1] for i in eligible))
+    except pa.ArrowInvalid:
+        # The rules admit only lines Arrow reads; should Arrow still refuse
+        # one, the block is read line by line rather than lost to the file's
+        # `unreadable_file` dead letter.
+        eligible = eligible[:0]
     screened = screen(batch)
     reader.records_read += screened.searches.num_rows
     judged = np.ones(len(block), bool)
@@ -201,7 +208,12 @@ class _Csv:
     def eligible(self, texts: pa.Array) -> np.ndarray:
         if self._row is None:
             return np.zeros(len(texts), bool)
-        return _matches(texts, self._row)
+        # `csv.reader`, which reads the lines with quotes, refuses a field
+        # longer than its limit; Arrow has none.
+        short = pc.less(pc.utf8_length(texts), csv.field_size_limit())
+        unquoted = pc.invert(pc.match_substring(texts, '"'))
+        fits = pc.or_(unquoted, short).to_numpy(zero_copy_only=False)
+        return _matches(texts, self._row) & fits
 
     def parse(self, lines: bytes) -> pa.RecordBatch:
         """The eligible rows (joined by newlines) as columns of `_FIELDS`; a
