@@ -262,12 +262,18 @@ def test_plain_lines_never_take_the_per_line_path(tmp_path, per_line_calls):
 
 
 def test_odd_lines_alone_take_the_per_line_path(tmp_path, per_line_calls):
+    odd = [
+        b'{"query": "float", "event_time": 1700000000000, "count": 2.0}',
+        b'{"query": "caf\\u00e9", "event_time": 1700000000000}',
+        b'{"query": "a", "query": "b", "event_time": 1700000000000}',
+        b'{"query": "n", "event_time": 1700000000000, "count": NaN}',
+        b'{"query": "x", "event_time": 1700000000000, "source": "web"}',
+    ]
     lines = [_good_jsonl(i) for i in range(100)]
-    lines[40] = b'{"query": "float", "event_time": 1700000000000, "count": 2.0}'
-    lines[70] = b'{"query": "caf\\u00e9", "event_time": 1700000000000}'
+    lines[10:90:16] = odd
     path = _write(tmp_path / "o.jsonl", lines)
     _outputs(path, "jsonl", read_text_searches)
-    assert per_line_calls == {"jsonl_record": 2}
+    assert per_line_calls == {"jsonl_record": len(odd)}
 
 
 def test_a_block_arrow_refuses_is_read_line_by_line(tmp_path, monkeypatch):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -62,16 +63,32 @@ _READ_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in SEARCH_SCHEMA])
 _SPACE = "[ \\t]*"
 _JSON_STRING = '"[^"\\\\\\x00-\\x1f]*"'
 _JSON_INT = "-?(?:0|[1-9][0-9]{0,17})"
-_JSON_MEMBER = (
-    f'(?:"(?:query|record_id)"{_SPACE}:{_SPACE}(?:{_JSON_STRING}|null)'
-    f'|"(?:event_time|count)"{_SPACE}:{_SPACE}(?:{_JSON_INT}|null))'
-)
-_JSON_OBJECT = (
-    f"^{_SPACE}\\{{{_SPACE}{_JSON_MEMBER}"
-    f"(?:{_SPACE},{_SPACE}{_JSON_MEMBER})*{_SPACE}\\}}{_SPACE}$"
-)
-# Strings hold no quote, so a key followed by a colon is a member.
-_JSON_KEYS = [f'"{name}"{_SPACE}:' for name in _FIELDS]
+_JSON_VALUES = {
+    "query": _JSON_STRING,
+    "record_id": _JSON_STRING,
+    "event_time": _JSON_INT,
+    "count": _JSON_INT,
+}
+
+
+def _json_object_pattern() -> str:
+    """A flat object of some of the search keys, each once, with values of
+    their `_JSON_VALUES` form or null. Every order of keys is spelt out,
+    since RE2 cannot refer back to the keys it has matched: Python keeps
+    the last of a repeated key, where Arrow refuses the whole block."""
+    members = {
+        key: f'"{key}"{_SPACE}:{_SPACE}(?:{value}|null)'
+        for key, value in _JSON_VALUES.items()
+    }
+    orders = [
+        f"{_SPACE},{_SPACE}".join(members[key] for key in order)
+        for n in range(1, len(members) + 1)
+        for order in itertools.permutations(members, n)
+    ]
+    return f"^{_SPACE}\\{{{_SPACE}(?:{'|'.join(orders)}){_SPACE}\\}}{_SPACE}$"
+
+
+_JSON_OBJECT = _json_object_pattern()
 
 _CSV_FIELD = '(?:[^",\\r\\x00]*|"[^"\\r\\x00]*")'
 _MAX_CSV_COLUMNS = 100  # RE2 repeats at most 1000 times
@@ -167,10 +184,7 @@ class _JsonLines:
     """JSON Lines: which lines Arrow reads as Python would, and reading them."""
 
     def eligible(self, texts: pa.Array) -> np.ndarray:
-        ok = _matches(texts, _JSON_OBJECT)
-        for key in _JSON_KEYS:  # Python keeps a repeated key's last value
-            ok &= pc.count_substring_regex(texts, key).to_numpy() <= 1
-        return ok
+        return _matches(texts, _JSON_OBJECT)
 
     def parse(self, lines: bytes) -> pa.RecordBatch:
         """The eligible lines (joined by newlines) as columns of `_FIELDS`."""
