@@ -94,6 +94,9 @@ JSONL_LINES = [
     b'{"query": "trailing", "event_time": 1700000000034} x',
     b'{"query": "bad \xff byte", "event_time": 1700000000035}',
     b'{"query": "ok", "event_time": 1700000000036, "note": "\xfe"}',
+    b'{"query": "surrogate \xed\xa0\x80", "event_time": 1700000000040}',
+    b'{"query": "del \x7f bom \xef\xbb\xbf", "event_time": 1700000000041}',
+    b'{"query": "overlong \xc0\x80", "event_time": 1700000000042}',
     b'\xef\xbb\xbf{"query": "inner bom", "event_time": 1700000000037}',
     b'{"query": "cr\r", "event_time": 1700000000038}',
     b'{"query": "cr", "event_time": 1700000000039}\r',  # "\r\r\n" ending
@@ -254,11 +257,13 @@ def test_plain_lines_never_take_the_per_line_path(tmp_path, per_line_calls):
     jsonl = _write(tmp_path / "g.jsonl", [_good_jsonl(i) for i in range(500)])
     rows = [b'"q%d",%d,"r%d",%d' % (i % 7, T + i, i, i % 3) for i in range(250)]
     rows += [b"q%d,%d,r%d,%d" % (i % 7, T + i, i, i % 3) for i in range(250)]
-    csv = _write(tmp_path / "g.csv", [b"query,event_time,record_id,count", *rows])
-    assert len(_assert_same(jsonl, "jsonl")[0]) == 500
-    assert len(_assert_same(csv, "csv")[0]) == 500
-    # _assert_same read each file line by line once, through the spies too.
-    assert per_line_calls == {"jsonl_record": 500, "csv_record": 500}
+    header = b"query,event_time,record_id,count"
+    csv = _write(tmp_path / "g.csv", [header, *rows])
+    for path, fmt in [(jsonl, "jsonl"), (csv, "csv")]:
+        assert len(_outputs(path, fmt, read_text_searches)[0]) == 500
+    assert not per_line_calls
+    for path, fmt in [(jsonl, "jsonl"), (csv, "csv")]:
+        _assert_same(path, fmt)
 
 
 def test_odd_lines_alone_take_the_per_line_path(tmp_path, per_line_calls):
