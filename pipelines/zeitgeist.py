@@ -52,12 +52,7 @@ from pipelines.zeitgeist_flags import load_config, parse_args
 from transforms.millwheel.event_time import WithEventTimestamps
 from transforms.millwheel.lateness import LateDataPolicy
 from transforms.records.follow import FollowSearchQueries
-from transforms.records.readers import (
-    DEAD_LETTERS,
-    RECORDS,
-    ReadSearchQueries,
-    record_format,
-)
+from transforms.records.readers import DEAD_LETTERS, RECORDS
 from transforms.records.search_batches import ReadSearchBatches
 from transforms.records.zeitgeist_pb2 import Anomaly
 from transforms.zeitgeist.composite import (
@@ -161,17 +156,14 @@ def build(
     """Wire sources, the Zeitgeist transform and the sinks into `pipeline`.
 
     `read(pattern, format)` reads one `--input` into `RECORDS` and
-    `DEAD_LETTERS` (e.g. followed files); None reads the files as they are,
-    in Arrow tables when all are Parquet (`ReadSearchBatches`, counted by
-    `transform.on_batches()`), else record by record. `write` writes the
-    outputs, each under its path prefix (at the end, or in parts while the
-    job runs).
+    `DEAD_LETTERS` (e.g. followed files), record by record; None reads the
+    files as they are, in Arrow tables (`ReadSearchBatches`, counted by
+    `transform.on_batches()`). `write` writes the outputs, each under its
+    path prefix (at the end, or in parts while the job runs).
     """
-    columnar = read is None and all(
-        record_format(pattern, input_format) == "parquet" for pattern in inputs
-    )
+    columnar = read is None
     if read is None:
-        read = ReadSearchBatches if columnar else ReadSearchQueries
+        read = ReadSearchBatches
     records, dead = [], []
     for i, pattern in enumerate(inputs):
         read_input = pipeline | f"Read{i}" >> read(pattern, input_format)

@@ -165,6 +165,13 @@ def test_query_of_exactly_the_maximum_length_is_accepted():
     assert search(query="x" * 1024).query == "x" * 1024
 
 
+@pytest.mark.parametrize("space", [" ", "\t", "\x1c", "\x1f", "\x85", "\u3000"])
+def test_numeric_strings_may_be_padded_with_any_whitespace(space):
+    # str.strip removes "\x1c" to "\x1f", which int() refuses.
+    row = {"query": "q", "event_time": f"{space}{T}{space}", "count": f"{space}3"}
+    assert parse_search_query(row) == SearchQuery(query="q", event_time=T, count=3)
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [(0, 0), (1, 1), (7, 7), ("12", 12), (3.0, 3), (2**63 - 1, 2**63 - 1)],

@@ -16,12 +16,8 @@ from apache_beam.testing.util import BeamAssertException, assert_that
 
 from tests.records.reader_outputs import counters, letters
 from transforms.records.readers import RECORDS, ReadSearchQueries
-from transforms.records.search_batches import (
-    PYTHON_WHITESPACE,
-    SEARCH_SCHEMA,
-    ReadSearchBatches,
-    screen,
-)
+from transforms.records.search_batches import ReadSearchBatches
+from transforms.records.search_screen import PYTHON_WHITESPACE, SEARCH_SCHEMA, screen
 
 T = 1700000000000
 MS_2100 = 4102444800000
@@ -234,6 +230,6 @@ def test_microsecond_and_second_timestamps_become_milliseconds():
     assert screened.searches.column("event_time").to_pylist() == [T, T]
 
 
-def test_only_parquet_is_read_in_batches():
-    with pytest.raises(ValueError, match="read other formats with ReadSearchQueries"):
-        ReadSearchBatches("logs/*.jsonl")
+def test_unknown_formats_are_refused():
+    with pytest.raises(ValueError, match="cannot infer the record format"):
+        ReadSearchBatches("logs/*.txt")

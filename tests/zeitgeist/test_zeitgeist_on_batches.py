@@ -1,17 +1,20 @@
 """ZeitgeistOnBatches gives Zeitgeist's outputs, record for record.
 
-The same Parquet file goes through the job twice: read row by row into
-`Zeitgeist`, and read into Arrow tables counted by `Zeitgeist.on_batches()`.
-The file holds generated traffic with spikes and dips, re-sent searches
-(the same record id twice), searches whose key is empty, and bad rows.
+The same file goes through the job twice: read row by row into `Zeitgeist`,
+and read into Arrow tables counted by `Zeitgeist.on_batches()`. The file
+(Parquet, or the same rows as JSON Lines or CSV) holds generated traffic
+with spikes and dips, re-sent searches (the same record id twice), searches
+whose key is empty, and bad rows.
 """
 
+import json
 import pathlib
 from typing import NamedTuple
 
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
@@ -173,6 +176,23 @@ def test_the_columnar_job_writes_what_the_per_row_job_writes(traffic, tmp_path):
 
 def test_the_same_with_dedup_which_counts_a_re_sent_search_once(resent, tmp_path):
     outputs = _same_outputs(resent, tmp_path, dedup_ms=DAY_MS)
+    assert _counted(outputs) == resent.generated
+
+
+def _as_text(searches: Searches, path: pathlib.Path) -> Searches:
+    """The same rows as JSON Lines or CSV (by `path`'s extension)."""
+    table = pq.read_table(searches.path)
+    if path.suffix == ".csv":
+        pa_csv.write_csv(table, path)
+    else:
+        path.write_text("".join(json.dumps(row) + "\n" for row in table.to_pylist()))
+    return searches._replace(path=path)
+
+
+@pytest.mark.parametrize("name", ["searches.jsonl", "searches.csv"])
+def test_the_same_for_json_lines_and_csv(resent, tmp_path, name):
+    text = _as_text(resent, tmp_path / name)
+    outputs = _same_outputs(text, tmp_path, dedup_ms=DAY_MS)
     assert _counted(outputs) == resent.generated
 
 

@@ -8,7 +8,7 @@ tagged dead letters, and keeps the file's counts for the caller to report.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, BinaryIO
 
 import pyarrow.parquet as pq
@@ -30,6 +30,9 @@ from transforms.records.dead_letters import (
 from transforms.records.lines import RAW_LIMIT_BYTES, csv_fields, split_lines
 
 FORMATS = ("jsonl", "csv", "parquet")
+
+# A CSV file's column names, or why its rows cannot be read (`csv_header`).
+CsvHeader = list[str] | Rejected
 
 
 class FileReader:
@@ -62,7 +65,9 @@ class FileReader:
         location = f"{self.unit} {number}"
         return dead_letter(rejected, raw, self.source, location, self.record_type)
 
-    def _lines(self, fh: BinaryIO) -> Iterator[tuple[int, bytes, int]]:
+    def lines(self, fh: BinaryIO) -> Iterator[tuple[int, bytes, int]]:
+        """`split_lines` of `fh` without its blank lines, which it counts;
+        `done` follows the lines read."""
         for line_no, line, length in split_lines(fh, self.max_line_bytes):
             self.done = line_no
             if not line or line.isspace():
@@ -80,44 +85,61 @@ class FileReader:
         return decode(line)
 
     def _read_jsonl(self, fh: BinaryIO) -> Iterator[Any]:
-        parser = self.parser
-        for line_no, line, length in self._lines(fh):
-            try:
-                yield parse_json(parser, self._text(line, length))
-                self.records_read += 1
-            except Rejected as rejected:
-                yield self.dead(rejected, line, line_no)
+        for line_no, line, length in self.lines(fh):
+            yield self.jsonl_record(line, length, line_no)
+
+    def jsonl_record(self, line: bytes, length: int, line_no: int) -> Any:
+        """The message of one JSON line, or its dead letter as "line `line_no`"."""
+        try:
+            message = parse_json(self.parser, self._text(line, length))
+        except Rejected as rejected:
+            return self.dead(rejected, line, line_no)
+        self.records_read += 1
+        return message
 
     def _read_csv(self, fh: BinaryIO) -> Iterator[Any]:
-        lines = self._lines(fh)
-        header, no_header = None, None
+        lines = self.lines(fh)
+        header = yield from self.csv_header(lines)
+        for line_no, line, length in lines:
+            yield self.csv_record(header, line, length, line_no)
+
+    def csv_header(
+        self, lines: Iterator[tuple[int, bytes, int]]
+    ) -> Generator[Any, None, CsvHeader]:
+        """Takes the header, the first of `lines`, and returns its column
+        names, or, if it is unusable, why every later row is rejected
+        (yielding the header's own dead letter)."""
         for line_no, line, length in lines:  # the first non-blank line only
             try:
-                header = _csv_header(self._csv_fields(line, length))
+                return _csv_header(self._csv_fields(line, length))
             except Rejected as rejected:
-                # Its columns are unknown, so no later row can be read either.
-                no_header = Rejected(
-                    CSV_HEADER, f"no usable CSV header: line {line_no} was rejected"
-                )
                 bad = Rejected(CSV_HEADER, f"bad CSV header: {rejected.reason}")
                 yield self.dead(bad, line, line_no)
-            break
-        parser = self.parser
-        for line_no, line, length in lines:
-            try:
-                if header is None:
-                    raise no_header
-                fields = self._csv_fields(line, length)
-                if len(fields) != len(header):
-                    raise Rejected(
-                        CSV_COLUMNS,
-                        f"CSV row has {len(fields)} columns, "
-                        f"the header has {len(header)}",
-                    )
-                yield parse_row(parser, dict(zip(header, fields, strict=True)))
-                self.records_read += 1
-            except Rejected as rejected:
-                yield self.dead(rejected, line, line_no)
+                # Its columns are unknown, so no later row can be read either.
+                return Rejected(
+                    CSV_HEADER, f"no usable CSV header: line {line_no} was rejected"
+                )
+        return []  # no line, so no row either
+
+    def csv_record(
+        self, header: CsvHeader, line: bytes, length: int, line_no: int
+    ) -> Any:
+        """The message of one CSV row under `header` (`csv_header`'s), or its
+        dead letter as "line `line_no`"."""
+        try:
+            if isinstance(header, Rejected):
+                raise header
+            fields = self._csv_fields(line, length)
+            if len(fields) != len(header):
+                raise Rejected(
+                    CSV_COLUMNS,
+                    f"CSV row has {len(fields)} columns, the header has {len(header)}",
+                )
+            message = parse_row(self.parser, dict(zip(header, fields, strict=True)))
+        except Rejected as rejected:
+            return self.dead(rejected, line, line_no)
+        self.records_read += 1
+        return message
 
     def _csv_fields(self, line: bytes, length: int) -> list[str]:
         try:

@@ -196,8 +196,12 @@ def _as_int(value: Any) -> int | None:
         return value
     if isinstance(value, float):
         return int(value) if value.is_integer() else None
-    if isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
-        return int(value)
+    if isinstance(value, str):
+        # int() of the stripped text: `str.strip` removes whitespace (such as
+        # "\x1f") that int() itself would refuse.
+        digits = value.strip()
+        if _DECIMAL.fullmatch(digits):
+            return int(digits)
     return None
 
 

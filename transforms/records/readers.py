@@ -30,8 +30,8 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, BinaryIO, ClassVar
 
 import apache_beam as beam
 import pyarrow as pa
@@ -96,6 +96,8 @@ _EXTENSIONS = {
     ".csv": "csv",
     ".parquet": "parquet",
 }
+# How `read_file` reads an opened file: (reader, format, file) to outputs.
+ReadOpened = Callable[[FileReader, str, BinaryIO], Iterator[Any]]
 # What a damaged file raises while being read (e.g. a ".gz" that is not gzip).
 _READ_ERRORS = (OSError, EOFError, zlib.error, pa.ArrowException)
 
@@ -117,18 +119,25 @@ def infer_format(file_pattern: str) -> str:
 
 
 def read_file(
-    path: str, parser: Parser, record_type: str, fmt: str, max_line_bytes: int
+    path: str,
+    parser: Parser,
+    record_type: str,
+    fmt: str,
+    max_line_bytes: int,
+    read: ReadOpened = FileReader.read,
 ) -> Iterator[Any]:
     """The messages and tagged dead letters of the whole file at `path`.
 
-    A file that breaks off (e.g. a corrupt `.gz`) ends with one
-    `unreadable_file` dead letter where reading stopped. Counts the file's
-    records and blank lines in the `METRICS_NAMESPACE` counters.
+    `read(reader, fmt, fh)` reads the opened file; `FileReader.read`, record
+    by record, unless a caller reads it otherwise (in Arrow tables). A file
+    that breaks off (e.g. a corrupt `.gz`) ends with one `unreadable_file`
+    dead letter where reading stopped. Counts the file's records and blank
+    lines in the `METRICS_NAMESPACE` counters.
     """
     reader = FileReader(parser, record_type, max_line_bytes, path)
     try:
         with open_checked(path) as fh:
-            yield from reader.read(fmt, fh)
+            yield from read(reader, fmt, fh)
     except _READ_ERRORS as e:
         # The rest of the file is lost; say where reading stopped.
         rejected = Rejected(

@@ -1,4 +1,4 @@
-"""Parquet searches read and validated in Arrow, a record batch at a time.
+"""Searches read and validated in Arrow, a record batch at a time.
 
 `ReadSearchQueries` turns every row into a Python dict and then into a
 `SearchQuery`, one row at a time. `ReadSearchBatches` reads the same files
@@ -7,7 +7,9 @@ into Arrow tables of validated searches (`SEARCH_SCHEMA`): `screen` checks
 clear (a float count, a time given as text, a blank query, a value Python
 cannot hold, ...) are judged one by one by the per-row reader. So the valid
 searches, and the dead letters with their reasons and row numbers, are
-exactly those of `ReadSearchQueries`; only the cost differs.
+exactly those of `ReadSearchQueries`; only the cost differs. Parquet files
+are read per row group, a record batch at a time (here); CSV and JSON Lines
+files whole, a block of lines at a time (`text_batches`).
 
 The tables are plain elements, not the batches of Beam's batched DoFns: a
 DoFn that yields batches (`DoFn.yields_batches`) cannot also yield tagged
@@ -20,12 +22,10 @@ counts them per (query, window) there.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transforms.records import parquet_rows
@@ -33,173 +33,18 @@ from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.dead_letters import DEAD_LETTERS, RECORDS
 from transforms.records.file_reader import FileReader
 from transforms.records.parquet_parts import ParquetPart, ReadParquetPart
-from transforms.records.parse import (
-    MAX_EVENT_TIME_MS,
-    MAX_QUERY_CHARS,
-    MIN_EVENT_TIME_MS,
-    parse_search_query,
+from transforms.records.parse import parse_search_query
+from transforms.records.readers import (
+    DEFAULT_MAX_LINE_BYTES,
+    MatchedFiles,
+    MatchedParquetParts,
+    record_format,
 )
-from transforms.records.readers import MatchedParquetParts, record_format
+from transforms.records.search_screen import screen, with_rescued
+from transforms.records.text_batches import ReadSearchTextFile
 from transforms.records.zeitgeist_pb2 import SearchQuery
 
-# `count` null is an unset count (one search); `record_id` null is no id.
-SEARCH_SCHEMA = pa.schema(
-    [
-        pa.field("query", pa.string(), nullable=False),
-        pa.field("event_time", pa.int64(), nullable=False),
-        pa.field("count", pa.int64()),
-        pa.field("record_id", pa.string()),
-    ]
-)
-
-# The characters `str.isspace` calls whitespace (a test checks the list
-# against every code point): RE2's `\s` is narrower than Python's, and a
-# query made of them alone must take the per-row path to its dead letter.
-PYTHON_WHITESPACE = (
-    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680"
-    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
-    "\u2028\u2029\u202f\u205f\u3000"
-)
-_NOT_BLANK = "[^" + "".join(f"\\x{{{ord(c):x}}}" for c in PYTHON_WHITESPACE) + "]"
-_INT64_MAX = 2**63 - 1
-_UNITS_PER_MS = {"us": 1000, "ns": 1_000_000}
 _RECORD_TYPE = SearchQuery.DESCRIPTOR.name
-
-
-class Screened(NamedTuple):
-    """A record batch split by `screen`."""
-
-    searches: pa.Table  # the rows every check cleared, as `SEARCH_SCHEMA`
-    suspects: np.ndarray  # positions of the other rows, for the per-row path
-
-
-def screen(batch: pa.RecordBatch) -> Screened:
-    """Clear the rows of `batch` that `parse_search_query` would accept.
-
-    A row is cleared only when each of its values passes the parser's
-    checks as a column: a non-null query of 1 to `MAX_QUERY_CHARS`
-    characters, not all whitespace; an integer or timestamp event time in
-    range; an integer count >= 0 or none; a string record id or none. A
-    batch whose columns have other types, or whose strings are not valid
-    UTF-8, clears no row.
-    """
-    everything = np.arange(batch.num_rows)
-    if not _screenable(batch):
-        return Screened(SEARCH_SCHEMA.empty_table(), everything)
-    event_ms, time_ok = _event_millis(batch.column("event_time"))
-    count, count_ok = _counts(_optional_column(batch, "count"))
-    query = batch.column("query")
-    query_ok = pc.and_(
-        pc.less_equal(pc.utf8_length(query), MAX_QUERY_CHARS),
-        pc.match_substring_regex(query, _NOT_BLANK),
-    )
-    ok = pc.fill_null(pc.and_(pc.and_(query_ok, time_ok), count_ok), False)
-    record_id = pc.cast(_optional_column(batch, "record_id"), pa.string())
-    # An empty record id is no id, as the parser has it.
-    record_id = pc.if_else(pc.equal(record_id, ""), None, record_id)
-    columns = [query, event_ms, count, record_id]
-    cleared = [
-        pc.filter(pc.cast(column, field.type), ok)
-        for column, field in zip(columns, SEARCH_SCHEMA, strict=True)
-    ]
-    searches = pa.Table.from_arrays(cleared, schema=SEARCH_SCHEMA)
-    return Screened(searches, everything[~ok.to_numpy(zero_copy_only=False)])
-
-
-def _screenable(batch: pa.RecordBatch) -> bool:
-    """Whether `batch`'s columns are of types `screen` can judge.
-
-    Columns the parser ignores must also convert to Python without error,
-    since a row the per-row path cannot convert is a dead letter there.
-    """
-    names = batch.schema.names
-    if len(set(names)) != len(names) or "query" not in names:
-        return False
-    if "event_time" not in names:
-        return False
-    wanted = {
-        "query": _is_text,
-        "event_time": lambda t: pa.types.is_integer(t) or pa.types.is_timestamp(t),
-        "count": lambda t: pa.types.is_integer(t) or pa.types.is_null(t),
-        "record_id": lambda t: _is_text(t) or pa.types.is_null(t),
-    }
-    for field, column in zip(batch.schema, batch.columns, strict=True):
-        if not wanted.get(field.name, _converts_plainly)(field.type):
-            return False
-        if _is_text(field.type) and not _valid_utf8(column):
-            return False
-    return True
-
-
-def _is_text(kind: pa.DataType) -> bool:
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
-
-
-def _converts_plainly(kind: pa.DataType) -> bool:
-    return (
-        pa.types.is_integer(kind)
-        or pa.types.is_floating(kind)
-        or pa.types.is_boolean(kind)
-        or pa.types.is_null(kind)
-        or _is_text(kind)
-        or pa.types.is_binary(kind)
-        or pa.types.is_large_binary(kind)
-    )
-
-
-def _valid_utf8(column: pa.Array) -> bool:
-    # Parquet readers do not check UTF-8; the per-row path fails on it.
-    try:
-        column.validate(full=True)
-    except pa.ArrowInvalid:
-        return False
-    return True
-
-
-def _optional_column(batch: pa.RecordBatch, name: str) -> pa.Array:
-    if name in batch.schema.names:
-        return batch.column(name)
-    return pa.nulls(batch.num_rows)
-
-
-def _between(values: pa.Array, low: int, high: int) -> pa.Array:
-    return pc.and_(pc.greater_equal(values, low), pc.less_equal(values, high))
-
-
-def _event_millis(column: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """Event times in epoch ms, and where they are in range and exact."""
-    exact = None
-    millis = column
-    if pa.types.is_timestamp(column.type):
-        values = column.cast(pa.int64())
-        unit = column.type.unit
-        if unit == "s":
-            # Bounded first, so that the product cannot overflow.
-            low, high = MIN_EVENT_TIME_MS // 1000, MAX_EVENT_TIME_MS // 1000
-            near = _between(values, low, high)
-            millis = pc.multiply(pc.if_else(near, values, -1), 1000)
-        elif unit == "ms":
-            millis = values
-        else:
-            # Division truncates, which is the floor for times after 1970.
-            millis = pc.divide(values, _UNITS_PER_MS[unit])
-            if unit == "ns":
-                # Python has no nanoseconds: such a time is a per-row rejection.
-                whole_us = pc.multiply(pc.divide(values, 1000), 1000)
-                exact = pc.equal(values, whole_us)
-    ok = _between(millis, MIN_EVENT_TIME_MS, MAX_EVENT_TIME_MS)
-    if exact is not None:
-        ok = pc.and_(ok, exact)
-    return pc.if_else(ok, millis, 0), ok
-
-
-def _counts(column: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """Counts (null where unset), and where they are unset or in range."""
-    if pa.types.is_null(column.type):
-        return pa.nulls(len(column), pa.int64()), pa.array(np.ones(len(column), bool))
-    in_range = pc.fill_null(_between(column, 0, _INT64_MAX), False)
-    ok = pc.or_(pc.is_null(column), in_range)
-    return pc.if_else(in_range, column, None), ok
 
 
 class ReadSearchBatchPart(ReadParquetPart):
@@ -222,49 +67,25 @@ def _read_batch(reader: FileReader, batch: pa.RecordBatch) -> Iterator[Any]:
     screened = screen(batch)
     first = reader.done
     reader.records_read += screened.searches.num_rows
-    rescued = []
-    suspects = screened.suspects
-    if len(suspects):
-        numbers = (first + 1 + suspects).tolist()
-        judged = parquet_rows.rows(batch.take(suspects))
-        for number, (row, unconvertible) in zip(numbers, judged, strict=True):
-            outcome = reader.parquet_record(row, unconvertible, number)
-            if isinstance(outcome, SearchQuery):
-                rescued.append(outcome)
-            else:
-                yield outcome
     reader.done = first + batch.num_rows
-    searches = screened.searches
-    if rescued:
-        searches = pa.concat_tables([searches, _as_table(rescued)])
-    if searches.num_rows:
-        yield searches
-
-
-def _as_table(searches: list[SearchQuery]) -> pa.Table:
-    """Parsed searches as `SEARCH_SCHEMA` columns, unset fields null."""
-    return pa.Table.from_pydict(
-        {
-            "query": [s.query for s in searches],
-            "event_time": [s.event_time for s in searches],
-            "count": [_field(s, "count") for s in searches],
-            "record_id": [_field(s, "record_id") for s in searches],
-        },
-        schema=SEARCH_SCHEMA,
+    suspects = screened.suspects
+    numbers = (first + 1 + suspects).tolist()
+    judged = parquet_rows.rows(batch.take(suspects))
+    verdicts = (
+        reader.parquet_record(row, unconvertible, number)
+        for number, (row, unconvertible) in zip(numbers, judged, strict=True)
     )
-
-
-def _field(search: SearchQuery, name: str) -> Any:
-    return getattr(search, name) if search.HasField(name) else None
+    return with_rescued(screened.searches, verdicts)
 
 
 class ReadSearchBatches(beam.PTransform):
-    """Read Parquet files of searches as Arrow tables (`SEARCH_SCHEMA`).
+    """Read files of searches as Arrow tables (`SEARCH_SCHEMA`).
 
-    The columnar counterpart of `ReadSearchQueries` for Parquet, with the
-    same valid searches, dead letters and counters. Returns a
-    `DoOutputsTuple`: `pa.Table`s of valid searches under `RECORDS` (one per
-    record batch read, holding its valid rows), `DeadLetter`s under
+    The columnar counterpart of `ReadSearchQueries`, for the same formats
+    (Parquet, CSV and JSON Lines, compressed or not) and with the same valid
+    searches, dead letters and counters. Returns a `DoOutputsTuple`:
+    `pa.Table`s of valid searches under `RECORDS` (one per record batch, or
+    block of text lines, holding its valid rows), `DeadLetter`s under
     `DEAD_LETTERS`. Feed the tables to `ZeitgeistOnBatches`.
 
     Example::
@@ -273,18 +94,26 @@ class ReadSearchBatches(beam.PTransform):
         outputs = read[RECORDS] | ZeitgeistOnBatches(WindowParams(60_000))
     """
 
-    def __init__(self, file_pattern: str, format: str | None = None) -> None:
+    def __init__(
+        self,
+        file_pattern: str,
+        format: str | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    ) -> None:
         super().__init__()
-        fmt = record_format(file_pattern, format)
-        if fmt != "parquet":
-            raise ValueError(
-                f"ReadSearchBatches reads Parquet, not {fmt} ({file_pattern!r}); "
-                "read other formats with ReadSearchQueries"
-            )
+        self._format = record_format(file_pattern, format)
+        if max_line_bytes < 1:
+            raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes}")
         self._file_pattern = file_pattern
+        self._max_line_bytes = max_line_bytes
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        parts = pbegin | "Parts" >> MatchedParquetParts(self._file_pattern)
-        return parts | "Read" >> beam.ParDo(ReadSearchBatchPart()).with_output_types(
+        if self._format == "parquet":
+            parts = pbegin | "Parts" >> MatchedParquetParts(self._file_pattern)
+            read: beam.DoFn = ReadSearchBatchPart()
+        else:
+            parts = pbegin | "Files" >> MatchedFiles(self._file_pattern)
+            read = ReadSearchTextFile(self._format, self._max_line_bytes)
+        return parts | "Read" >> beam.ParDo(read).with_output_types(
             pa.Table, **{DEAD_LETTERS: DeadLetter}
         ).with_outputs(DEAD_LETTERS, main=RECORDS)

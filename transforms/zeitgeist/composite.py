@@ -143,7 +143,7 @@ class ZeitgeistOnBatches(Zeitgeist):
     """`Zeitgeist` over Arrow tables of searches, as `ReadSearchBatches` reads.
 
     The input is a bounded PCollection of `pa.Table`s of valid searches
-    (`transforms.records.search_batches.SEARCH_SCHEMA`); the outputs are
+    (`transforms.records.search_screen.SEARCH_SCHEMA`); the outputs are
     those `Zeitgeist` gives for the same searches, record for record. Each
     table is counted per (query, window) in Arrow first (`PreCountSearches`),
     so only the partial counts go through Python one by one. Searches with a

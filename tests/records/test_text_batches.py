@@ -1,0 +1,399 @@
+"""CSV and JSON Lines read into Arrow tables give what the per-line reader gives.
+
+Files mixing every kind of good and bad line are read twice, by
+`FileReader.read` (line by line) and by `read_text_searches` (eligible lines
+through Arrow, the rest line by line): the valid searches, the dead letters
+(line number, reason, raw bytes) and the reader's counts must be identical,
+and the plainly written lines must not have taken the per-line path. A
+seeded fuzz of mutated good lines checks the same, and a pipeline checks
+`ReadSearchBatches` against `ReadSearchQueries`, counters included.
+"""
+
+import csv
+import gzip
+import json
+import random
+from collections import Counter
+
+import apache_beam as beam
+import pyarrow as pa
+import pytest
+from apache_beam.pvalue import TaggedOutput
+from apache_beam.testing.util import assert_that, equal_to
+
+from tests.records.reader_outputs import counters, letters
+from transforms.records import text_batches
+from transforms.records.file_reader import FileReader
+from transforms.records.parse import parse_search_query
+from transforms.records.readers import RECORDS, ReadSearchQueries, read_file
+from transforms.records.search_batches import ReadSearchBatches
+from transforms.records.text_batches import read_text_searches
+
+T = 1700000000000
+MAX_LINE_BYTES = 300
+SEED = 13
+
+
+def _json(**fields) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def _good_jsonl(i: int) -> bytes:
+    """A line as the generator writes them (`json.dumps`' spacing)."""
+    return _json(query=f"q{i % 7}", event_time=T + i, record_id=f"r{i}", count=i % 3)
+
+
+JSONL_LINES = [
+    _good_jsonl(1),
+    b'{"event_time":1700000000001,"query":"compact"}',
+    b'\t{ "count" : 0 , "query" : "tabs" ,\t"event_time" : 1700000000002 }  ',
+    '{"query": "caf\u00e9 \u3000 na\u00efve", "event_time": 1700000000003}'.encode(),
+    b'{"query": "null fields", "event_time": 1700000000004, "count": null, '
+    b'"record_id": null}',
+    b'{"query": "empty id", "event_time": 1700000000005, "record_id": ""}',
+    b'{"query": "zero", "event_time": 1700000000006, "count": -0}',
+    b'{"query": "caf\\u00e9", "event_time": 1700000000007}',  # an escape
+    b'{"query": "say \\"hi\\"", "event_time": 1700000000008}',
+    b'{"query": "lone \\ud800", "event_time": 1700000000009}',
+    b'{"query": "a", "query": "b", "event_time": 1700000000010}',  # last wins
+    b'{"query": "a", "event_time": 1, "event_time": 1700000000011}',
+    b'{"query": "a", "event_time": 1700000000012, "event_time": 1}',
+    b'{"query": "nan", "event_time": NaN}',
+    b'{"query": "inf", "event_time": 1700000000013, "count": Infinity}',
+    b'{"query": "float count", "event_time": 1700000000014, "count": 1.0}',
+    b'{"query": "half count", "event_time": 1700000000015, "count": 1.5}',
+    b'{"query": "float time", "event_time": 1.700000000016e12}',
+    b'{"query": "huge", "event_time": 1700000000017, "count": 123456789012345678901}',
+    b'{"query": "19 digits", "event_time": 1700000000018, '
+    b'"count": 1234567890123456789}',
+    b'{"query": "18 digits", "event_time": 1700000000019, "count": 123456789012345678}',
+    b'{"query": "negative", "event_time": 1700000000020, "count": -1}',
+    b'{"query": "leading zero", "event_time": 1700000000021, "count": 01}',
+    b'{"query": {"nested": 1}, "event_time": 1700000000022}',
+    b'{"query": ["list"], "event_time": 1700000000023}',
+    b'{"query": 5, "event_time": 1700000000024}',
+    b'{"query": "bool", "event_time": 1700000000025, "count": true}',
+    b'{"query": "id int", "event_time": 1700000000026, "record_id": 7}',
+    b'{"query": "extra", "event_time": 1700000000027, "source": "web"}',
+    b'{"query": "text time", "event_time": "2024-01-01T00:00:00Z"}',
+    b'{"query": "digit text", "event_time": "1700000000028"}',
+    b'{"query": "old", "event_time": 5}',
+    b'{"query": "", "event_time": 1700000000029}',
+    b'{"query": "   ", "event_time": 1700000000030}',
+    '{"query": "\u3000\u2028", "event_time": 1700000000031}'.encode(),
+    _json(query="x" * 200, event_time=T),  # fits the line limit
+    _json(query="y" * 400, event_time=T),  # oversized
+    b'{"query": "tab\tinside", "event_time": 1700000000032}',
+    b'{"query": "no time"}',
+    b'{"event_time": 1700000000033}',
+    b"{}",
+    b"[1, 2]",
+    b'"just a string"',
+    b"42",
+    b'{"query": "cut", "event_time": 17',
+    b'{"query": "trailing", "event_time": 1700000000034} x',
+    b'{"query": "bad \xff byte", "event_time": 1700000000035}',
+    b'{"query": "ok", "event_time": 1700000000036, "note": "\xfe"}',
+    b'{"query": "surrogate \xed\xa0\x80", "event_time": 1700000000040}',
+    b'{"query": "del \x7f bom \xef\xbb\xbf", "event_time": 1700000000041}',
+    b'{"query": "overlong \xc0\x80", "event_time": 1700000000042}',
+    b'\xef\xbb\xbf{"query": "inner bom", "event_time": 1700000000037}',
+    b'{"query": "cr\r", "event_time": 1700000000038}',
+    b'{"query": "cr", "event_time": 1700000000039}\r',  # "\r\r\n" ending
+    b"",
+    b"   \t",
+]
+
+CSV_HEADER = b" query , event_time,count,record_id,source"
+CSV_LINES = [
+    b"plain,1700000000000,2,r1,web",
+    b'"quoted","1700000000001","3","r2","web"',
+    b'"with, comma",1700000000002,,"",',
+    b'"",1700000000003,1,,',  # empty query
+    b"  padded  ,1700000000004,1,,",
+    "\u00e9t\u00e9 \u3000,1700000000005,1,,".encode(),
+    b'"say ""hi""",1700000000006,1,,',  # doubled quotes
+    b'"a"b,1700000000007,1,,',  # text after a closing quote
+    b'a"b,1700000000008,1,,',  # a quote inside an unquoted field
+    b' "lead",1700000000009,1,,',
+    b'"open,1700000000010,1,,',
+    b"too,few",
+    b"too,many,1,2,3,4",
+    b"iso,2024-01-01T00:00:00,1,,",
+    b"iso z,2024-01-01T00:00:00+00:00,1,,",
+    b"spaced, 1700000000011 ,1,,",
+    b"plus,+1700000000012,1,,",
+    b"underscores,1_700_000_000_013,1,,",
+    "arabic,\u0661\u0667\u0660\u0660\u0660\u0660\u0660\u0660\u0660\u0660\u0660"
+    "\u0660\u0660,1,,".encode(),
+    b"leading zeros,01700000000014,007,,",
+    b"old,5,1,,",
+    b"19 digits,1700000000015,1234567890123456789,,",
+    b"count spaced,1700000000016, 3 ,,",
+    b"count float,1700000000017,3.0,,",
+    b"count negative,1700000000018,-1,,",
+    b"count word,1700000000019,many,,",
+    b"   ,1700000000020,1,,",
+    b"cr\rinside,1700000000021,1,,",
+    b"nul\x00inside,1700000000022,1,,",
+    b"bad \xff,1700000000023,1,,",
+    b"extra bad,1700000000024,1,,\xfe",
+    b"x" * 200 + b",1700000000025,1,,",
+    b"y" * 400 + b",1700000000026,1,,",
+    b"last,1700000000027,1,r3,web\r",  # "\r\r\n" ending
+    b"",
+    b"  ",
+]
+
+
+def _outputs(path, fmt, read, max_line_bytes=MAX_LINE_BYTES):
+    """(searches, dead letters, reader counts) of one way of reading a file."""
+    searches, dead = [], []
+    counts = Counter()
+
+    def counting(reader: FileReader, fmt, fh):
+        yield from read(reader, fmt, fh)
+        counts.update(records=reader.records_read, blank=reader.blank_lines)
+
+    for out in read_file(
+        str(path), parse_search_query, "SearchQuery", fmt, max_line_bytes, counting
+    ):
+        if isinstance(out, TaggedOutput):
+            d = out.value
+            dead.append((d.source, d.location, d.reason, d.raw, d.record_type))
+        elif isinstance(out, pa.Table):
+            searches += [tuple(row.values()) for row in out.to_pylist()]
+        else:
+            searches.append(_search_tuple(out))
+    return sorted(searches, key=repr), sorted(dead, key=repr), counts
+
+
+def _search_tuple(search):
+    return (
+        search.query,
+        search.event_time,
+        search.count if search.HasField("count") else None,
+        search.record_id if search.HasField("record_id") else None,
+    )
+
+
+def _assert_same(path, fmt, max_line_bytes=MAX_LINE_BYTES):
+    """Both readers agree on `path`; returns the per-line reader's outputs."""
+    per_line = _outputs(path, fmt, FileReader.read, max_line_bytes)
+    columnar = _outputs(path, fmt, read_text_searches, max_line_bytes)
+    assert columnar[0] == per_line[0]
+    assert columnar[1] == per_line[1]
+    assert columnar[2] == per_line[2]
+    return per_line
+
+
+def _write(path, lines, ending=b"\n", bom=False):
+    data = (b"\xef\xbb\xbf" if bom else b"") + ending.join(lines)
+    path.write_bytes(data)
+    return path
+
+
+@pytest.fixture
+def per_line_calls(monkeypatch):
+    """How many lines each format read one by one, in the columnar reader."""
+    calls = Counter()
+    for name in ("jsonl_record", "csv_record"):
+        original = getattr(FileReader, name)
+
+        def spy(self, *args, original=original, name=name):
+            calls[name] += 1
+            return original(self, *args)
+
+        monkeypatch.setattr(FileReader, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("bom", [False, True])
+def test_every_kind_of_json_line_is_read_as_line_by_line(tmp_path, ending, bom):
+    path = _write(tmp_path / "s.jsonl", JSONL_LINES, ending, bom)
+    searches, dead, counts = _assert_same(path, "jsonl")
+    assert len(searches) >= 15 and len(dead) >= 30
+    assert counts["blank"] == 2
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("bom", [False, True])
+def test_every_kind_of_csv_row_is_read_as_line_by_line(tmp_path, ending, bom):
+    path = _write(tmp_path / "s.csv", [CSV_HEADER, *CSV_LINES], ending, bom)
+    searches, dead, counts = _assert_same(path, "csv")
+    assert len(searches) >= 10 and len(dead) >= 15
+    assert counts["blank"] == 2
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"query,event_time,query",  # a column twice
+        b'"query,event_time',  # broken quoting
+        b"query,time,count",  # no event_time column
+        b"event_time",  # no query column
+        b",".join([b"query", b"event_time"] + [b"c%d" % i for i in range(120)]),
+    ],
+)
+def test_files_whose_header_is_not_plain_are_read_line_by_line(tmp_path, header):
+    path = _write(tmp_path / "h.csv", [b"", header, *CSV_LINES])
+    _assert_same(path, "csv")
+
+
+def test_a_quoted_field_over_the_csv_modules_limit_is_refused_as_there(tmp_path):
+    limit = csv.field_size_limit()
+    rows = [b'"long",%d,1,"%s",' % (T, b"r" * n) for n in (limit - 100, limit + 1)]
+    rows.append(b"unquoted,%d,1,%s," % (T, b"r" * (limit + 1)))
+    path = _write(tmp_path / "l.csv", [CSV_HEADER, *rows])
+    searches, dead, _ = _assert_same(path, "csv", max_line_bytes=4 * limit)
+    assert len(searches) == 2
+    assert [d[2] for d in dead] == [
+        f"invalid CSV: field larger than field limit ({limit})"
+    ]
+
+
+def test_plain_lines_never_take_the_per_line_path(tmp_path, per_line_calls):
+    jsonl = _write(tmp_path / "g.jsonl", [_good_jsonl(i) for i in range(500)])
+    rows = [b'"q%d",%d,"r%d",%d' % (i % 7, T + i, i, i % 3) for i in range(250)]
+    rows += [b"q%d,%d,r%d,%d" % (i % 7, T + i, i, i % 3) for i in range(250)]
+    header = b"query,event_time,record_id,count"
+    csv = _write(tmp_path / "g.csv", [header, *rows])
+    for path, fmt in [(jsonl, "jsonl"), (csv, "csv")]:
+        assert len(_outputs(path, fmt, read_text_searches)[0]) == 500
+    assert not per_line_calls
+    for path, fmt in [(jsonl, "jsonl"), (csv, "csv")]:
+        _assert_same(path, fmt)
+
+
+def test_odd_lines_alone_take_the_per_line_path(tmp_path, per_line_calls):
+    odd = [
+        b'{"query": "float", "event_time": 1700000000000, "count": 2.0}',
+        b'{"query": "caf\\u00e9", "event_time": 1700000000000}',
+        b'{"query": "a", "query": "b", "event_time": 1700000000000}',
+        b'{"query": "n", "event_time": 1700000000000, "count": NaN}',
+        b'{"query": "x", "event_time": 1700000000000, "source": "web"}',
+    ]
+    lines = [_good_jsonl(i) for i in range(100)]
+    lines[10:90:16] = odd
+    path = _write(tmp_path / "o.jsonl", lines)
+    _outputs(path, "jsonl", read_text_searches)
+    assert per_line_calls == {"jsonl_record": len(odd)}
+
+
+def test_a_block_arrow_refuses_is_read_line_by_line(tmp_path, monkeypatch):
+    def refuse(self, lines):
+        raise pa.ArrowInvalid("refused")
+
+    monkeypatch.setattr(text_batches._JsonLines, "parse", refuse)
+    monkeypatch.setattr(text_batches, "_BLOCK_LINES", 10)
+    path = _write(tmp_path / "r.jsonl", [_good_jsonl(i) for i in range(25)])
+    assert len(_assert_same(path, "jsonl")[0]) == 25
+
+
+def test_blocks_keep_line_numbers_across_their_bounds(tmp_path, monkeypatch):
+    monkeypatch.setattr(text_batches, "_BLOCK_LINES", 5)
+    _assert_same(_write(tmp_path / "b.jsonl", JSONL_LINES * 3), "jsonl")
+    csv = _write(tmp_path / "b.csv", [CSV_HEADER, *CSV_LINES * 3])
+    _assert_same(csv, "csv")
+
+
+def test_compressed_files_and_files_cut_short(tmp_path):
+    data = b"\n".join(JSONL_LINES * 20)
+    whole = tmp_path / "s.jsonl.gz"
+    whole.write_bytes(gzip.compress(data))
+    _assert_same(whole, "jsonl")
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(data)[:-200])
+    searches, dead, _ = _assert_same(cut, "jsonl")
+    unreadable = [d for d in dead if d[2].startswith("unreadable file after line")]
+    assert searches and len(unreadable) == 1
+
+
+def test_empty_files_and_lone_headers(tmp_path):
+    for name, lines in [("e.jsonl", []), ("e.csv", []), ("h.csv", [CSV_HEADER])]:
+        path = _write(tmp_path / name, lines)
+        assert _assert_same(path, name.split(".")[1]) == ([], [], Counter())
+
+
+# Fragments a mutation inserts: JSON and CSV syntax, escapes, odd numbers,
+# whitespace Python and Arrow may see differently, and bytes that are not UTF-8.
+FRAGMENTS = [
+    '"', "\\", ",", ":", "{", "}", "[", "]", " ", "\t", "\r", "\x00", "\x1f",
+    "0", "-", "+", ".", "e", "1.0", "NaN", "null", "true", "_", "\u00e9",
+    "\u3000", "\u0661", "\\u00e9", '\\"', '"query": "dup", ', '"count": 2, ',
+    '"event_time": 1700000000000, ', '"x": 1, ', "9" * 19, '""', '"a,b"',
+    "2024-01-01T00:00:00Z", "\ufeff",
+]  # fmt: skip
+
+
+def _mutate(rng: random.Random, line: bytes) -> bytes:
+    """`line` with one to three random edits."""
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randrange(len(line) + 1)
+        edit = rng.randrange(5)
+        if edit == 0:
+            line = line[:at] + line[at + 1 :]
+        elif edit == 1:
+            line = line[:at] + rng.choice(FRAGMENTS).encode() + line[at:]
+        elif edit == 2:
+            line = line[:at] + rng.choice(FRAGMENTS).encode() + line[at + 1 :]
+        elif edit == 3:
+            line = line[:at] + bytes([rng.randrange(0x80, 0x100)]) + line[at:]
+        else:
+            end = rng.randrange(at, len(line) + 1)
+            line = line[:at] + line[at:end] * 2 + line[end:]
+    return line
+
+
+def _fuzzed(rng: random.Random, good: list[bytes]) -> list[bytes]:
+    return [_mutate(rng, g) if rng.random() < 0.6 else g for g in good]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fuzzed_files_are_read_as_line_by_line(tmp_path, monkeypatch, seed):
+    rng = random.Random(SEED * 100 + seed)
+    monkeypatch.setattr(text_batches, "_BLOCK_LINES", 97)
+    good_json = [_good_jsonl(i) for i in range(1500)] + JSONL_LINES
+    good_csv = (
+        [b'"q%d",%d,"r%d",%d' % (i % 7, T + i, i, i % 3) for i in range(750)]
+        + [b"q%d,%d,,%d" % (i % 7, T + i, i % 3) for i in range(750)]
+        + CSV_LINES
+    )
+    rng.shuffle(good_json)
+    rng.shuffle(good_csv)
+    jsonl = _write(tmp_path / "f.jsonl", _fuzzed(rng, good_json))
+    header = b"query,event_time,record_id,count"
+    csv = _write(tmp_path / "f.csv", [header, *_fuzzed(rng, good_csv)])
+    for path, fmt in [(jsonl, "jsonl"), (csv, "csv")]:
+        searches, dead, _ = _assert_same(path, fmt, max_line_bytes=120)
+        assert len(searches) > 500 and len(dead) > 500
+
+
+def test_pipeline_reads_text_as_the_per_line_reader_does(tmp_path):
+    _write(tmp_path / "a.jsonl", JSONL_LINES, b"\r\n", bom=True)
+    _write(tmp_path / "b.csv", [CSV_HEADER, *CSV_LINES])
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(b"\n".join(JSONL_LINES)))
+    for pattern, fmt in [("*.jsonl*", "jsonl"), ("*.csv", "csv")]:
+        expected = ([], [])
+        for path in sorted(tmp_path.glob(pattern)):
+            searches, dead, _ = _outputs(path, fmt, FileReader.read, 1 << 20)
+            expected[0].extend(searches)
+            expected[1].extend(dead)
+        totals = []
+        for read in (ReadSearchQueries, ReadSearchBatches):
+            p = beam.Pipeline()
+            out = p | read(str(tmp_path / pattern), fmt)
+            if read is ReadSearchBatches:
+                rows = out[RECORDS] | beam.FlatMap(
+                    lambda t: [tuple(r.values()) for r in t.to_pylist()]
+                )
+            else:
+                rows = out[RECORDS] | beam.Map(_search_tuple)
+            assert_that(rows, equal_to(expected[0]), label="Searches")
+            assert_that(letters(out), equal_to(expected[1]), label="Dead")
+            result = p.run()
+            result.wait_until_finish()
+            totals.append(counters(result))
+        assert totals[0]["dead_letters"] == len(expected[1]) > 10
+        assert totals[1] == totals[0]

@@ -1,0 +1,289 @@
+"""CSV and JSON Lines searches read into Arrow tables, a block of lines at a time.
+
+The per-line reader (`FileReader`) decodes, parses and validates each line in
+Python. Here a file's lines are still split and numbered by
+`FileReader.lines` (blank lines, the BOM, "\\r\\n" and oversized lines as
+there), but each block of lines is judged as a column: a line is *eligible*
+when a regular expression proves that Arrow's CSV or JSON reader parses it
+exactly as Python's `csv` or `json` would, into values `screen` can check.
+The eligible lines are parsed by Arrow in one call and screened; every other
+line, and every row `screen` cannot clear, is read by the per-line reader
+itself (`FileReader.jsonl_record`, `FileReader.csv_record`) with its own line
+number. So the valid searches, dead letters and counters are exactly those of
+`ReadSearchQueries`, and only the common, plainly written line is cheaper.
+
+Eligible JSON Lines: one flat object of the keys `query`, `record_id` (each a
+string or null) and `event_time`, `count` (each an integer of at most 18
+digits, or null), no key twice, spaces and tabs as the only whitespace, and
+strings without backslashes or control characters. So escapes, floats, big
+integers, NaN, nested values and other keys go to the per-line path.
+
+Eligible CSV rows: as many fields as the header has columns, each either
+without quotes or wholly quoted without quotes inside, no "\\r" or NUL, and,
+if it has quotes, shorter than `csv.field_size_limit()`.
+A row whose `event_time` is not a plain integer (`-?[0-9]{1,18}`, so no ISO
+time, sign, space or underscore that `int()` would also take), or whose
+`count` is neither that nor empty, is left to the per-line path. A file
+whose header is bad, names no `query` or `event_time` column, or has more
+than `_MAX_CSV_COLUMNS` columns is read line by line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
+from apache_beam.io import fileio
+
+from transforms.records.file_reader import CsvHeader, FileReader
+from transforms.records.parse import parse_search_query
+from transforms.records.readers import read_file
+from transforms.records.search_screen import SEARCH_SCHEMA, screen, with_rescued
+from transforms.records.zeitgeist_pb2 import SearchQuery
+
+Line = tuple[int, bytes, int]  # as `FileReader.lines` gives them
+
+# A block is big enough for Arrow to pay off, small enough to bound memory.
+_BLOCK_LINES = 1 << 16
+_BLOCK_BYTES = 16 << 20
+_RECORD_TYPE = SearchQuery.DESCRIPTOR.name
+_FIELDS = SEARCH_SCHEMA.names
+# What both formats parse into, for `screen`: `SEARCH_SCHEMA`, nulls allowed.
+_READ_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in SEARCH_SCHEMA])
+
+_SPACE = "[ \\t]*"
+_JSON_STRING = '"[^"\\\\\\x00-\\x1f]*"'
+_JSON_INT = "-?(?:0|[1-9][0-9]{0,17})"
+_JSON_VALUES = {
+    "query": _JSON_STRING,
+    "record_id": _JSON_STRING,
+    "event_time": _JSON_INT,
+    "count": _JSON_INT,
+}
+
+
+def _json_object_pattern() -> str:
+    """A flat object of some of the search keys, each once, with values of
+    their `_JSON_VALUES` form or null. Every order of keys is spelt out,
+    since RE2 cannot refer back to the keys it has matched: Python keeps
+    the last of a repeated key, where Arrow refuses the whole block."""
+    members = {
+        key: f'"{key}"{_SPACE}:{_SPACE}(?:{value}|null)'
+        for key, value in _JSON_VALUES.items()
+    }
+    orders = [
+        f"{_SPACE},{_SPACE}".join(members[key] for key in order)
+        for n in range(1, len(members) + 1)
+        for order in itertools.permutations(members, n)
+    ]
+    return f"^{_SPACE}\\{{{_SPACE}(?:{'|'.join(orders)}){_SPACE}\\}}{_SPACE}$"
+
+
+_JSON_OBJECT = _json_object_pattern()
+
+_CSV_FIELD = '(?:[^",\\r\\x00]*|"[^"\\r\\x00]*")'
+_MAX_CSV_COLUMNS = 100  # RE2 repeats at most 1000 times
+_PLAIN_INT = "^-?[0-9]{1,18}$"
+
+
+def read_text_searches(reader: FileReader, fmt: str, fh: BinaryIO) -> Iterator[Any]:
+    """The outputs of the CSV or JSON Lines file `fh` (`fmt`): per block of
+    lines, its dead letters and a table of its valid searches."""
+    lines = reader.lines(fh)
+    if fmt == "csv":
+        header = yield from reader.csv_header(lines)
+        text_format: _JsonLines | _Csv = _Csv(header)
+    else:
+        text_format = _JsonLines()
+    for block in _blocks(lines):
+        yield from _read_block(reader, block, text_format)
+
+
+def _blocks(lines: Iterator[Line]) -> Iterator[list[Line]]:
+    """`lines` in lists bounded by `_BLOCK_LINES` and `_BLOCK_BYTES`."""
+    block: list[Line] = []
+    size = 0
+    try:
+        for line in lines:
+            block.append(line)
+            size += len(line[1])
+            if len(block) == _BLOCK_LINES or size >= _BLOCK_BYTES:
+                yield block
+                block, size = [], 0
+    except Exception:
+        # The lines read before a damaged part are still the file's.
+        if block:
+            yield block
+        raise
+    if block:
+        yield block
+
+
+def _read_block(
+    reader: FileReader, block: list[Line], text_format: _JsonLines | _Csv
+) -> Iterator[Any]:
+    """One block's dead letters, then its valid searches as one table."""
+    texts, readable = _texts(block, reader.max_line_bytes)
+    eligible = np.flatnonzero(readable & text_format.eligible(texts))
+    batch = pa.RecordBatch.from_pylist([], schema=_READ_SCHEMA)
+    try:
+        if len(eligible):
+            batch = text_format.parse(b"\n".join(block[i][1] for i in eligible))
+    except pa.ArrowInvalid:
+        # The rules admit only lines Arrow reads; should Arrow still refuse
+        # one, the block is read line by line rather than lost to the file's
+        # `unreadable_file` dead letter.
+        eligible = eligible[:0]
+    screened = screen(batch)
+    reader.records_read += screened.searches.num_rows
+    judged = np.ones(len(block), bool)
+    judged[np.delete(eligible, screened.suspects)] = False
+    verdicts = (
+        text_format.judge(reader, *block[i]) for i in np.flatnonzero(judged).tolist()
+    )
+    return with_rescued(screened.searches, verdicts)
+
+
+def _texts(block: list[Line], max_line_bytes: int) -> tuple[pa.Array, np.ndarray]:
+    """The block's lines as strings (empty where unreadable), and which are
+    readable: within the size limit and valid UTF-8."""
+    readable = np.array([length <= max_line_bytes for _, _, length in block])
+    raw = pa.array(
+        [line if ok else b"" for (_, line, _), ok in zip(block, readable, strict=True)],
+        pa.binary(),
+    )
+    try:
+        return raw.cast(pa.string()), readable
+    except pa.ArrowInvalid:  # rare: find the lines that are not UTF-8
+        readable &= np.array([_is_utf8(line) for _, line, _ in block])
+        return pc.if_else(readable, raw, b"").cast(pa.string()), readable
+
+
+def _is_utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _matches(texts: pa.Array, pattern: str) -> np.ndarray:
+    return pc.match_substring_regex(texts, pattern).to_numpy(zero_copy_only=False)
+
+
+class _JsonLines:
+    """JSON Lines: which lines Arrow reads as Python would, and reading them."""
+
+    def eligible(self, texts: pa.Array) -> np.ndarray:
+        return _matches(texts, _JSON_OBJECT)
+
+    def parse(self, lines: bytes) -> pa.RecordBatch:
+        """The eligible lines (joined by newlines) as columns of `_FIELDS`."""
+        table = pa_json.read_json(
+            io.BytesIO(lines),
+            read_options=pa_json.ReadOptions(
+                use_threads=False, block_size=len(lines) + 1
+            ),
+            parse_options=pa_json.ParseOptions(
+                explicit_schema=_READ_SCHEMA, unexpected_field_behavior="error"
+            ),
+        )
+        return table.combine_chunks().to_batches()[0]
+
+    def judge(self, reader: FileReader, line_no: int, line: bytes, length: int) -> Any:
+        return reader.jsonl_record(line, length, line_no)
+
+
+class _Csv:
+    """CSV rows under a header: which Arrow reads as Python would, and reading them."""
+
+    def __init__(self, header: CsvHeader) -> None:
+        self._header = header
+        names = header if isinstance(header, list) else []
+        # Arrow's column names, since the header's may be anything.
+        self._names = [f"c{i}" for i in range(len(names))]
+        self._wanted = {
+            name: self._names[names.index(name)] for name in _FIELDS if name in names
+        }
+        usable = {"query", "event_time"} <= self._wanted.keys()
+        self._row = None
+        if usable and len(names) <= _MAX_CSV_COLUMNS:
+            self._row = f"^{_CSV_FIELD}(?:,{_CSV_FIELD}){{{len(names) - 1}}}$"
+
+    def eligible(self, texts: pa.Array) -> np.ndarray:
+        if self._row is None:
+            return np.zeros(len(texts), bool)
+        # `csv.reader`, which reads the lines with quotes, refuses a field
+        # longer than its limit; Arrow has none.
+        short = pc.less(pc.utf8_length(texts), csv.field_size_limit())
+        unquoted = pc.invert(pc.match_substring(texts, '"'))
+        fits = pc.or_(unquoted, short).to_numpy(zero_copy_only=False)
+        return _matches(texts, self._row) & fits
+
+    def parse(self, lines: bytes) -> pa.RecordBatch:
+        """The eligible rows (joined by newlines) as columns of `_FIELDS`; a
+        row whose time or count is not a plain integer gets no event time,
+        so that `screen` leaves it to the per-line path."""
+        wanted = self._wanted
+        table = pa_csv.read_csv(
+            io.BytesIO(lines),
+            read_options=pa_csv.ReadOptions(
+                column_names=self._names, use_threads=False, block_size=len(lines) + 1
+            ),
+            parse_options=pa_csv.ParseOptions(
+                escape_char=False, newlines_in_values=False, ignore_empty_lines=False
+            ),
+            convert_options=pa_csv.ConvertOptions(
+                column_types={name: pa.string() for name in wanted.values()},
+                include_columns=list(wanted.values()),
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        ).combine_chunks()
+        text = {name: table.column(column).chunk(0) for name, column in wanted.items()}
+        rows = table.num_rows
+        # No count column reads as empty counts: unset, as in the parser.
+        count = text.get("count", pa.nulls(rows, pa.string()).fill_null(""))
+        count_plain = pc.match_substring_regex(count, _PLAIN_INT)
+        event_time = text["event_time"]
+        plain = pc.and_(
+            pc.match_substring_regex(event_time, _PLAIN_INT),
+            pc.or_(pc.equal(count, ""), count_plain),
+        )
+        columns = {
+            "query": text["query"],
+            "event_time": pc.if_else(plain, event_time, None).cast(pa.int64()),
+            "count": pc.if_else(count_plain, count, None).cast(pa.int64()),
+            "record_id": text.get("record_id", pa.nulls(rows, pa.string())),
+        }
+        return pa.RecordBatch.from_pydict(columns, schema=_READ_SCHEMA)
+
+    def judge(self, reader: FileReader, line_no: int, line: bytes, length: int) -> Any:
+        return reader.csv_record(self._header, line, length, line_no)
+
+
+class ReadSearchTextFile(beam.DoFn):
+    """Reads one CSV or JSON Lines file into tables of searches and dead letters."""
+
+    def __init__(self, fmt: str, max_line_bytes: int) -> None:
+        self._format = fmt
+        self._max_line_bytes = max_line_bytes
+
+    def process(self, readable_file: fileio.ReadableFile) -> Iterator[Any]:
+        return read_file(
+            readable_file.metadata.path,
+            parse_search_query,
+            _RECORD_TYPE,
+            self._format,
+            self._max_line_bytes,
+            read_text_searches,
+        )
