@@ -22,10 +22,13 @@ WriteOutputs = Callable[[dict[str, beam.PCollection]], None]
 
 
 def write_at_end(outputs: dict[str, beam.PCollection]) -> None:
-    """Batch: each output in files written when its input ends."""
+    """Batch: each output in files written when its input ends, one per
+    bundle of the stage that computes it (`num_shards=0`): a fixed number
+    of files would send every record through one more shuffle to the few
+    tasks that write them."""
     for prefix, pcoll in outputs.items():
         name = pathlib.Path(prefix).name
-        pcoll | f"Write_{name}" >> WriteJsonLines(prefix)
+        pcoll | f"Write_{name}" >> WriteJsonLines(prefix, num_shards=0)
 
 
 def write_parts(flush_seconds: float) -> WriteOutputs:

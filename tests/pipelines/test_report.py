@@ -245,7 +245,12 @@ def test_cli_writes_a_report_on_the_anomalous_queries(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "report.html").exists()
-    lines = (tmp_path / "anomalies-00000-of-00001.jsonl").read_text().splitlines()
+    # One file per bundle of the writing stage: read them all.
+    lines = [
+        line
+        for path in tmp_path.glob("anomalies*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
     queries = {json.loads(line)["query"] for line in lines if line}
     assert queries, "seed 2 has injected episodes"
     page = Page((tmp_path / "report.html").read_text(encoding="utf-8"))
