@@ -160,7 +160,7 @@ class DetectSeries(beam.PTransform):
         self._detector = detector
         self._latest_event_times = latest_event_times
 
-    def expand(self, partials) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, partials):
         end = input_end(self._latest_event_times)
         judge = JudgeSeries(self._window, self._model, self._detector)
         return (
