@@ -162,8 +162,7 @@ def build(
     path prefix (at the end, or in parts while the job runs).
     """
     columnar = read is None
-    if read is None:
-        read = ReadSearchBatches
+    read = read or ReadSearchBatches
     records, dead = [], []
     for i, pattern in enumerate(inputs):
         read_input = pipeline | f"Read{i}" >> read(pattern, input_format)
