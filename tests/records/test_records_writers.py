@@ -23,6 +23,7 @@ from transforms.records.readers import (
     ParseRecords,
     ReadSearchQueries,
     WriteJsonLines,
+    json_line,
     to_json_dict,
 )
 
@@ -80,6 +81,21 @@ def test_write_json_lines_then_read_back(tmp_path):
     with test_pipeline.TestPipeline() as p:
         out = p | ReadSearchQueries(str(tmp_path / "out-*.jsonl"))
         assert_that(out[RECORDS], equal_to(queries))
+
+
+def test_write_json_lines_writes_one_line_per_record_across_blocks(tmp_path):
+    # More records than one block of lines the sink writes at a time, over
+    # several shards: every record on a line of its own, none lost or joined.
+    queries = [SearchQuery(query=f"q{i}", event_time=T + i) for i in range(25_000)]
+    with test_pipeline.TestPipeline() as p:
+        _ = p | beam.Create(queries) | WriteJsonLines(str(tmp_path / "out"), 3)
+
+    lines = [
+        line
+        for path in sorted(tmp_path.glob("out-*-of-00003.jsonl"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+    ]
+    assert sorted(lines) == sorted(json_line(q) for q in queries)
 
 
 def test_parse_records_over_lines_and_rows_with_counters():
