@@ -45,7 +45,11 @@ Each Beam run is timed from ``run()`` to ``wait_until_finish()``, as in
 output files back for the check are the benchmark's work, not the runner's,
 and cost both runners the same seconds. The RDD job is timed whole.
 
-Printed per engine: that time, events/s, the wall time with construction
+Each engine is timed ``--repeats`` times (3), in rounds of every engine in
+turn, and the table and ratios use each engine's median run: a single run
+on a shared machine can be off by a fifth.
+
+Printed per run: that time, events/s, the wall time with construction
 and read-back, peak RSS of this process and all its descendants (the JVM and
 Spark's Python workers included), sampled every 200 ms, CPU seconds of the
 driver, the JVM and Spark's Python workers over that wall time, and the
@@ -61,6 +65,7 @@ import json
 import operator
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -174,6 +179,7 @@ def measure(
     cpu = _cpu_since(cpu_before)
     figures = {
         "engine": name,
+        "events": events,
         "seconds": seconds,
         "events_per_s": events / seconds,
         "peak_rss_mb": rss.peak / 2**20,
@@ -199,11 +205,15 @@ def print_table(results: list[tuple[object, dict]], total: Callable) -> None:
     header = ("engine", "events/s", "vs SparkRunner", "peak MiB")
     print("{:>17}  {:>10}  {:>14}  {:>8}  counts".format(*header))
     for counts, fig in results:
-        check = "OK" if counts == reference else "MISMATCH"
         ratio = fig["events_per_s"] / spark_rate
+        if counts is None:
+            check = "MISMATCH (the runs disagree)"
+        else:
+            check = "OK" if counts == reference else "MISMATCH"
+            check += f" ({total(counts):,} events)"
         print(
             f"{fig['engine']:>17}  {fig['events_per_s']:10,.0f}  {ratio:13.2f}x  "
-            f"{fig['peak_rss_mb']:8.0f}  {check} ({total(counts):,} events)"
+            f"{fig['peak_rss_mb']:8.0f}  {check}"
         )
 
 
@@ -347,13 +357,36 @@ def run_zeitgeist(args: argparse.Namespace, session, spark_args: list[str]) -> N
                 run(warmup, f"{tmp}/warmup-{name}")
         source = Path(tmp) / "searches.parquet"
         events = write_searches(args.events, args.seed, source)
-        print(f"zeitgeist: {events:,} events, master {args.master}", flush=True)
-        results = [
-            measure(name, events, functools.partial(run, source, f"{tmp}/{name}"))
-            for name, run in engines.items()
-        ]
+        print(
+            f"zeitgeist: {events:,} events, master {args.master}, "
+            f"{args.repeats} timed run(s) per engine, in rounds",
+            flush=True,
+        )
+        # Rounds of every engine in turn, so that a slow spell of the shared
+        # machine falls on all of them; each engine's median run is kept.
+        runs: dict[str, list[tuple[object, dict]]] = {name: [] for name in engines}
+        for round_ in range(args.repeats):
+            for name, run in engines.items():
+                output = f"{tmp}/{name}-{round_}"
+                runs[name].append(
+                    measure(name, events, functools.partial(run, source, output))
+                )
+        results = [median_run(engine_runs) for engine_runs in runs.values()]
     print_table(results, lambda counts: sum(n for *_, n in counts))
     print_ratios(results)
+
+
+def median_run(runs: list[tuple[object, dict]]) -> tuple[object, dict]:
+    """One engine's runs as one: the median seconds (and events/s), the
+    highest peak RSS, and the counts if every run gave the same, else None
+    (a mismatch)."""
+    counts = runs[0][0] if all(c == runs[0][0] for c, _ in runs) else None
+    seconds = statistics.median(fig["seconds"] for _, fig in runs)
+    figures = dict(runs[0][1])
+    figures["seconds"] = seconds
+    figures["events_per_s"] = figures["events"] / seconds
+    figures["peak_rss_mb"] = max(fig["peak_rss_mb"] for _, fig in runs)
+    return counts, figures
 
 
 def spark_child(source: str, output: str, master: str) -> None:
@@ -427,6 +460,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--skip_direct", action="store_true")
     parser.add_argument("--seed", type=int, default=7, help="Zeitgeist generator seed")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="Zeitgeist: timed runs per engine; the median is reported",
+    )
     parser.add_argument(
         "--warmup_events",
         type=int,
