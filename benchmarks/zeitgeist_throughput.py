@@ -26,7 +26,10 @@ The read-and-validate stage alone is also timed, in this process and without
 Beam, on every row group of the same file (median of `--repeats`): the
 columnar reader the job uses for Parquet (`ReadSearchBatches`' DoFn), the
 per-row reader (`ReadSearchQueries`' DoFn), and a plain
-`pyarrow.parquet.read_table` of the file, in rows/s.
+`pyarrow.parquet.read_table` of the file, in rows/s. The same rows written
+as CSV (`pyarrow.csv.write_csv`) and as JSON Lines are read likewise: the
+columnar reader, the per-line reader, and Arrow's own CSV or JSON reader
+(which validates nothing) as the baseline.
 """
 
 import argparse
@@ -43,6 +46,8 @@ from collections.abc import Sequence
 
 import apache_beam as beam
 import numpy as np
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -50,9 +55,12 @@ from pipelines import zeitgeist
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from testing.zeitgeist_generator import DAY_MS, GeneratedStream, StreamSpec, generate
+from transforms.records.file_reader import FileReader
 from transforms.records.parquet_parts import ParquetPart, ReadParquetPart
 from transforms.records.parse import parse_search_query
+from transforms.records.readers import DEFAULT_MAX_LINE_BYTES, read_file
 from transforms.records.search_batches import ReadSearchBatchPart
+from transforms.records.text_batches import read_text_searches
 from transforms.records.zeitgeist_pb2 import WindowCount
 from transforms.zeitgeist.composite import WINDOW_COUNTS
 
@@ -137,13 +145,36 @@ def time_read_stage(source: pathlib.Path, repeats: int) -> dict[str, float]:
     for group in range(metadata.num_row_groups):
         parts.append(ParquetPart(str(source), group, first_row))
         first_row += metadata.row_group(group).num_rows
-    readers = {
-        "read_table": lambda: pq.read_table(source),
-        "columnar": lambda: _drain(ReadSearchBatchPart(), parts),
-        "per_row": lambda: _drain(
-            ReadParquetPart(parse_search_query, "SearchQuery"), parts
-        ),
-    }
+    return _medians(
+        {
+            "read_table": lambda: pq.read_table(source),
+            "columnar": lambda: _drain(ReadSearchBatchPart(), parts),
+            "per_row": lambda: _drain(
+                ReadParquetPart(parse_search_query, "SearchQuery"), parts
+            ),
+        },
+        repeats,
+    )
+
+
+def time_text_read_stage(
+    source: pathlib.Path, fmt: str, repeats: int
+) -> dict[str, float]:
+    """Median seconds of each way to read the CSV or JSON Lines file
+    `source`: Arrow's own reader (no validation), the columnar reader and
+    the per-line reader."""
+    arrow_read = pa_csv.read_csv if fmt == "csv" else pa_json.read_json
+    return _medians(
+        {
+            "arrow_read": lambda: arrow_read(source),
+            "columnar": lambda: _drain_file(source, fmt, read_text_searches),
+            "per_line": lambda: _drain_file(source, fmt, FileReader.read),
+        },
+        repeats,
+    )
+
+
+def _medians(readers: dict, repeats: int) -> dict[str, float]:
     medians = {}
     for name, read in readers.items():
         read()  # warm: page cache, imports, first-call costs
@@ -162,11 +193,37 @@ def _drain(fn: beam.DoFn, parts: list[ParquetPart]) -> None:
             pass
 
 
-def read_report(rows: int, medians: dict[str, float]) -> str:
+def _drain_file(source: pathlib.Path, fmt: str, read) -> None:
+    outputs = read_file(
+        str(source),
+        parse_search_query,
+        "SearchQuery",
+        fmt,
+        DEFAULT_MAX_LINE_BYTES,
+        read,
+    )
+    for _ in outputs:
+        pass
+
+
+def write_text_copies(source: pathlib.Path) -> dict[str, pathlib.Path]:
+    """The Parquet file's rows as CSV and as JSON Lines, beside it."""
+    table = pq.read_table(source)
+    copies = {"csv": source.with_suffix(".csv"), "jsonl": source.with_suffix(".jsonl")}
+    pa_csv.write_csv(table, copies["csv"])
+    with open(copies["jsonl"], "w", encoding="utf-8") as lines:
+        for row in table.to_pylist():
+            lines.write(json.dumps(row) + "\n")
+    return copies
+
+
+def read_report(rows: int, medians: dict[str, float], label: str = "") -> str:
     rates = {name: rows / seconds for name, seconds in medians.items()}
-    base = rates["read_table"]
+    base_name = next(iter(rates))
+    base = rates[base_name]
     return "\n".join(
-        f"read      {name:<11}{rate:>12,.0f} rows/s  {rate / base:.2f}x read_table"
+        f"read {label:<8}{name:<11}{rate:>12,.0f} rows/s  "
+        f"{rate / base:.2f}x {base_name}"
         for name, rate in rates.items()
     )
 
@@ -273,6 +330,10 @@ def main(argv: Sequence[str]) -> int:
         source = pathlib.Path(tmp) / "searches.parquet"
         stream.write_parquet(source)
         read_s = time_read_stage(source, args.repeats)
+        text_read_s = {
+            fmt: time_text_read_stage(path, fmt, args.repeats)
+            for fmt, path in write_text_copies(source).items()
+        }
         outputs = [pathlib.Path(tmp) / f"run{i}" for i in range(args.repeats)]
         runs = [time_pipeline(source, out, child_argv) for out in outputs]
         checks = [check_counts(out, stream, counts) for out in outputs]
@@ -280,7 +341,9 @@ def main(argv: Sequence[str]) -> int:
     pipeline_s = [seconds for seconds, _ in runs]
     peak_rss = [peak for _, peak in runs]
     print(report(stream, pipeline_s, peak_rss, numpy_s, check, beam_args))
-    print(read_report(len(stream), read_s))
+    print(read_report(len(stream), read_s, "parquet"))
+    for fmt, medians in text_read_s.items():
+        print(read_report(len(stream), medians, fmt))
     return 0 if check[0] else 1
 
 
