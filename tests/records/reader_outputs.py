@@ -21,3 +21,14 @@ def counters(result) -> dict[str, int]:
         name = counter.key.metric.name
         totals[name] = totals.get(name, 0) + counter.committed
     return {name: total for name, total in totals.items() if total}
+
+
+def search_tuple(search):
+    """A `SearchQuery` as comparable (query, event_time, count, record_id),
+    unset fields None, as a table row of `SEARCH_SCHEMA` reads."""
+    return (
+        search.query,
+        search.event_time,
+        search.count if search.HasField("count") else None,
+        search.record_id if search.HasField("record_id") else None,
+    )

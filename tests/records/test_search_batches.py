@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.util import BeamAssertException, assert_that
 
-from tests.records.reader_outputs import counters, letters
+from tests.records.reader_outputs import counters, letters, search_tuple
 from transforms.records.readers import RECORDS, ReadSearchQueries
 from transforms.records.search_batches import ReadSearchBatches
 from transforms.records.search_screen import PYTHON_WHITESPACE, SEARCH_SCHEMA, screen
@@ -121,15 +121,6 @@ def _files(folder) -> None:
     (folder / "junk.parquet").write_bytes(b"this is not parquet")
 
 
-def _search_tuple(search):
-    return (
-        search.query,
-        search.event_time,
-        search.count if search.HasField("count") else None,
-        search.record_id if search.HasField("record_id") else None,
-    )
-
-
 def _table_rows(table):
     return [tuple(row.values()) for row in table.to_pylist()]
 
@@ -140,7 +131,7 @@ def _read(pipeline, read, pattern):
     if read is ReadSearchBatches:
         searches = out[RECORDS] | "Rows" + read.__name__ >> beam.FlatMap(_table_rows)
     else:
-        searches = out[RECORDS] | "Rows" + read.__name__ >> beam.Map(_search_tuple)
+        searches = out[RECORDS] | "Rows" + read.__name__ >> beam.Map(search_tuple)
     return searches, letters(out, "Letters" + read.__name__)
 
 

@@ -21,7 +21,7 @@ import pytest
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.testing.util import assert_that, equal_to
 
-from tests.records.reader_outputs import counters, letters
+from tests.records.reader_outputs import counters, letters, search_tuple
 from transforms.records import text_batches
 from transforms.records.file_reader import FileReader
 from transforms.records.parse import parse_search_query
@@ -164,17 +164,8 @@ def _outputs(path, fmt, read, max_line_bytes=MAX_LINE_BYTES):
         elif isinstance(out, pa.Table):
             searches += [tuple(row.values()) for row in out.to_pylist()]
         else:
-            searches.append(_search_tuple(out))
+            searches.append(search_tuple(out))
     return sorted(searches, key=repr), sorted(dead, key=repr), counts
-
-
-def _search_tuple(search):
-    return (
-        search.query,
-        search.event_time,
-        search.count if search.HasField("count") else None,
-        search.record_id if search.HasField("record_id") else None,
-    )
 
 
 def _assert_same(path, fmt, max_line_bytes=MAX_LINE_BYTES):
@@ -389,7 +380,7 @@ def test_pipeline_reads_text_as_the_per_line_reader_does(tmp_path):
                     lambda t: [tuple(r.values()) for r in t.to_pylist()]
                 )
             else:
-                rows = out[RECORDS] | beam.Map(_search_tuple)
+                rows = out[RECORDS] | beam.Map(search_tuple)
             assert_that(rows, equal_to(expected[0]), label="Searches")
             assert_that(letters(out), equal_to(expected[1]), label="Dead")
             result = p.run()
