@@ -1,6 +1,8 @@
 """Model and detector semantics: dips on the watermark, no look-ahead."""
 
 import apache_beam as beam
+import pytest
+from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that
 from apache_beam.transforms.window import TimestampedValue
 
@@ -179,3 +181,11 @@ def test_an_episode_open_when_a_bounded_input_ends_gets_an_open_at_end_summary()
 
     with pipeline:
         assert_that(outputs[ANOMALIES], alert_then_open_at_end_summary)
+
+
+def test_zeitgeist_on_batches_refuses_an_unbounded_input_with_a_clear_error():
+    # Each query's whole series is known only once a bounded input is read.
+    pipeline = streaming_pipeline()
+    tables = pipeline | TestStream().add_elements([]).advance_watermark_to_infinity()
+    with pytest.raises(ValueError, match="known in batch only"):
+        tables | Zeitgeist(WindowParams(size_ms=MINUTE)).on_batches()

@@ -160,6 +160,12 @@ class ZeitgeistOnBatches(Zeitgeist):
     """
 
     def expand(self, tables):
+        if not tables.is_bounded:
+            raise ValueError(
+                "Zeitgeist.on_batches() reads a bounded input: each query's "
+                "whole series is known in batch only; in streaming, apply "
+                "Zeitgeist to SearchQuery records"
+            )
         split = bool(self._dedup_horizon_ms)
         counted = tables | "PreCount" >> beam.ParDo(
             PreCountSearches(self._window.size_ms, self._key_fn, split)
