@@ -28,9 +28,10 @@ published figure on every real category, no alert on artificialNoAnomaly.
     python benchmarks/zeitgeist_real.py --data ../shared/data/labelled-series \
         --in_process [--set detector.threshold=6 ...]
 
-`--in_process` skips the job and replays each series through the
-detector's own per-window functions (`forecast.fold`, `update_confidence`,
-`episodes.advance`), in the same row-to-window mapping and scaling, with
+`--in_process` skips the job and replays each series through
+`SeriesJudge`, the loop a batch job runs over each query's series
+(`forecast.fold`, `update_confidence`, `episodes.advance`), in the same
+row-to-window mapping and scaling, with
 the same configuration file and `--set` overrides as the job: seconds
 instead of minutes, for iterating on the model and detector. It stands in
 for the job only while the two agree: the job also orders, counts and
