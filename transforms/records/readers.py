@@ -151,6 +151,13 @@ def read_file(
     counter("blank_lines").inc(reader.blank_lines)
 
 
+def line_limit(max_line_bytes: int) -> int:
+    """`max_line_bytes`, checked: a reader's limit on a text line."""
+    if max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes}")
+    return max_line_bytes
+
+
 def record_format(file_pattern: str, format: str | None) -> str:
     """`format` if given, else the one `file_pattern`'s extension names;
     raises ValueError for a format not in `FORMATS`."""
@@ -202,14 +209,11 @@ class ReadRecords(beam.PTransform):
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         super().__init__()
-        fmt = record_format(file_pattern, format)
-        if max_line_bytes < 1:
-            raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes}")
+        self._format = record_format(file_pattern, format)
+        self._max_line_bytes = line_limit(max_line_bytes)
         self._file_pattern = file_pattern
         self._record_type = record_type
-        self._format = fmt
         self._parser = parser
-        self._max_line_bytes = max_line_bytes
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
         record_type = self._record_type.DESCRIPTOR.name

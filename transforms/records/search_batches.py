@@ -38,6 +38,7 @@ from transforms.records.readers import (
     DEFAULT_MAX_LINE_BYTES,
     MatchedFiles,
     MatchedParquetParts,
+    line_limit,
     record_format,
 )
 from transforms.records.search_screen import screen, with_rescued
@@ -102,10 +103,8 @@ class ReadSearchBatches(beam.PTransform):
     ) -> None:
         super().__init__()
         self._format = record_format(file_pattern, format)
-        if max_line_bytes < 1:
-            raise ValueError(f"max_line_bytes must be positive, got {max_line_bytes}")
+        self._max_line_bytes = line_limit(max_line_bytes)
         self._file_pattern = file_pattern
-        self._max_line_bytes = max_line_bytes
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
         if self._format == "parquet":

@@ -95,7 +95,6 @@ class SeriesJudge:
         verdict = update_confidence(state, update, self._detector)
         score = window_score(update, verdict, state)
         record = advance(state, update, verdict, self._detector)
-        state.last_window_start = start
         return JudgedWindow(verdict, score, record)
 
     def end(self) -> Anomaly | None:
