@@ -2,10 +2,11 @@
 
 The per-line reader (`FileReader`) decodes, parses and validates each line in
 Python. Here a file's lines are split and numbered as there (blank lines,
-the BOM, "\\r\\n" and oversized lines alike), but into blocks of columns
-(`line_blocks`), and each block of lines is judged as a column: a line is *eligible*
-when a regular expression proves that Arrow's CSV or JSON reader parses it
-exactly as Python's `csv` or `json` would, into values `screen` can check.
+the BOM, "\\r\\n" and oversized lines alike) but held as columns, a block at
+a time (`line_blocks`), and each block is judged as a column: a line is
+*eligible* when a regular expression proves that Arrow's CSV or JSON reader
+parses it exactly as Python's `csv` or `json` would, into values `screen`
+can check.
 The eligible lines are parsed by Arrow in one call and screened; every other
 line, and every row `screen` cannot clear, is read by the per-line reader
 itself (`FileReader.jsonl_record`, `FileReader.csv_record`) with its own line
