@@ -108,7 +108,8 @@ def _chunk_lines(reader: FileReader, fh: BinaryIO) -> Iterator[LineBlock]:
 
 def _split(data: bytes, ends: np.ndarray, unkept: int, reader: FileReader) -> LineBlock:
     """The non-blank lines of `data` that end at `ends` (the positions of its
-    newlines); the first line has `unkept` more bytes than `data` holds."""
+    newlines), counted in `reader`; the first line has `unkept` more bytes
+    than `data` holds."""
     raw = np.frombuffer(data, np.uint8)
     starts = np.empty_like(ends)
     starts[0] = 0
@@ -126,24 +127,24 @@ def _split(data: bytes, ends: np.ndarray, unkept: int, reader: FileReader) -> Li
     if spaced.any():
         # Only a line that starts with whitespace can be all whitespace.
         at = np.flatnonzero(spaced)
-        bounds = np.column_stack([starts[at], starts[at] + kept[at]]).ravel()
-        blank[at] = np.logical_and.reduceat(_SPACE[raw], bounds)[::2]
+        ranges = np.column_stack([starts[at], starts[at] + kept[at]]).ravel()
+        blank[at] = np.logical_and.reduceat(_SPACE[raw], ranges)[::2]
     reader.blank_lines += int(blank.sum())
     first_number = reader.done + 1
     reader.done += len(ends)
     keep = np.flatnonzero(~blank)
     # Each line, then the bytes between it and the next one, as an array
     # over `data` itself; taking the lines copies only their own bytes.
-    bounds = np.empty(2 * len(ends), np.int64)
-    bounds[0::2] = starts
-    bounds[1::2] = starts + kept
-    pieces = pa.Array.from_buffers(
+    offsets = np.empty(2 * len(ends), np.int64)
+    offsets[0::2] = starts
+    offsets[1::2] = starts + kept
+    lines_and_gaps = pa.Array.from_buffers(
         pa.large_binary(),
-        len(bounds) - 1,
-        [None, pa.py_buffer(bounds), pa.py_buffer(data)],
+        len(offsets) - 1,
+        [None, pa.py_buffer(offsets), pa.py_buffer(data)],
     )
     return LineBlock(
-        first_number + keep, pieces.take(pa.array(2 * keep)), lengths[keep]
+        first_number + keep, lines_and_gaps.take(pa.array(2 * keep)), lengths[keep]
     )
 
 
