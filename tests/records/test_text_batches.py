@@ -24,6 +24,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from tests.records.reader_outputs import counters, letters, search_tuple
 from transforms.records import text_batches
 from transforms.records.file_reader import FileReader
+from transforms.records.lines import CHUNK_BYTES
 from transforms.records.parse import parse_search_query
 from transforms.records.readers import RECORDS, ReadSearchQueries, read_file
 from transforms.records.search_batches import ReadSearchBatches
@@ -272,6 +273,19 @@ def test_odd_lines_alone_take_the_per_line_path(tmp_path, per_line_calls):
     assert per_line_calls == {"jsonl_record": len(odd)}
 
 
+def test_lines_not_utf8_alone_take_the_per_line_path(tmp_path, per_line_calls):
+    rng = random.Random(SEED)
+    rows = [_good_jsonl(i) for i in range(1000)]
+    bad = rng.sample(range(1000), 9)
+    for i in bad:
+        rows[i] = rows[i].replace(b"q", b"\xe9", 1)
+    path = _write(tmp_path / "u.jsonl", rows)
+    _, dead, _ = _outputs(path, "jsonl", read_text_searches)
+    assert len(dead) == len(bad)
+    assert per_line_calls == {"jsonl_record": len(bad)}
+    _assert_same(path, "jsonl")
+
+
 def test_a_block_arrow_refuses_is_read_line_by_line(tmp_path, monkeypatch):
     def refuse(self, lines):
         raise pa.ArrowInvalid("refused")
@@ -341,10 +355,17 @@ def _fuzzed(rng: random.Random, good: list[bytes]) -> list[bytes]:
     return [_mutate(rng, g) if rng.random() < 0.6 else g for g in good]
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_fuzzed_files_are_read_as_line_by_line(tmp_path, monkeypatch, seed):
+@pytest.mark.parametrize(
+    "seed, chunk_bytes",
+    [(0, CHUNK_BYTES), (1, CHUNK_BYTES), (2, CHUNK_BYTES)]
+    + [(3, 1), (4, 97), (5, 4096)],  # lines across the chunks the file is read in
+)
+def test_fuzzed_files_are_read_as_line_by_line(
+    tmp_path, monkeypatch, seed, chunk_bytes
+):
     rng = random.Random(SEED * 100 + seed)
     monkeypatch.setattr(text_batches, "_BLOCK_LINES", 97)
+    monkeypatch.setattr("transforms.records.lines.CHUNK_BYTES", chunk_bytes)
     good_json = [_good_jsonl(i) for i in range(1500)] + JSONL_LINES
     good_csv = (
         [b'"q%d",%d,"r%d",%d' % (i % 7, T + i, i, i % 3) for i in range(750)]

@@ -1,11 +1,12 @@
 """CSV and JSON Lines searches read into Arrow tables, a block of lines at a time.
 
 The per-line reader (`FileReader`) decodes, parses and validates each line in
-Python. Here a file's lines are still split and numbered by
-`FileReader.lines` (blank lines, the BOM, "\\r\\n" and oversized lines as
-there), but each block of lines is judged as a column: a line is *eligible*
-when a regular expression proves that Arrow's CSV or JSON reader parses it
-exactly as Python's `csv` or `json` would, into values `screen` can check.
+Python. Here a file's lines are split and numbered as there (blank lines,
+the BOM, "\\r\\n" and oversized lines alike) but held as columns, a block at
+a time (`line_blocks`), and each block is judged as a column: a line is
+*eligible* when a regular expression proves that Arrow's CSV or JSON reader
+parses it exactly as Python's `csv` or `json` would, into values `screen`
+can check.
 The eligible lines are parsed by Arrow in one call and screened; every other
 line, and every row `screen` cannot clear, is read by the per-line reader
 itself (`FileReader.jsonl_record`, `FileReader.csv_record`) with its own line
@@ -31,9 +32,8 @@ than `_MAX_CSV_COLUMNS` columns is read line by line.
 from __future__ import annotations
 
 import csv
-import io
 import itertools
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, BinaryIO
 
 import apache_beam as beam
@@ -45,12 +45,11 @@ import pyarrow.json as pa_json
 from apache_beam.io import fileio
 
 from transforms.records.file_reader import CsvHeader, FileReader
+from transforms.records.line_blocks import LineBlock, line_blocks
 from transforms.records.parse import parse_search_query
 from transforms.records.readers import read_file
 from transforms.records.search_screen import SEARCH_SCHEMA, screen, with_rescued
 from transforms.records.zeitgeist_pb2 import SearchQuery
-
-Line = tuple[int, bytes, int]  # as `FileReader.lines` gives them
 
 # A block is big enough for Arrow to pay off, small enough to bound memory.
 _BLOCK_LINES = 1 << 16
@@ -98,38 +97,31 @@ _PLAIN_INT = "^-?[0-9]{1,18}$"
 def read_text_searches(reader: FileReader, fmt: str, fh: BinaryIO) -> Iterator[Any]:
     """The outputs of the CSV or JSON Lines file `fh` (`fmt`): per block of
     lines, its dead letters and a table of its valid searches."""
-    lines = reader.lines(fh)
+    blocks = line_blocks(reader, fh, _BLOCK_LINES, _BLOCK_BYTES)
     if fmt == "csv":
-        header = yield from reader.csv_header(lines)
+        header, blocks = yield from _csv_header(reader, blocks)
         text_format: _JsonLines | _Csv = _Csv(header)
     else:
         text_format = _JsonLines()
-    for block in _blocks(lines):
+    for block in blocks:
         yield from _read_block(reader, block, text_format)
 
 
-def _blocks(lines: Iterator[Line]) -> Iterator[list[Line]]:
-    """`lines` in lists bounded by `_BLOCK_LINES` and `_BLOCK_BYTES`."""
-    block: list[Line] = []
-    size = 0
-    try:
-        for line in lines:
-            block.append(line)
-            size += len(line[1])
-            if len(block) == _BLOCK_LINES or size >= _BLOCK_BYTES:
-                yield block
-                block, size = [], 0
-    except Exception:
-        # The lines read before a damaged part are still the file's.
-        if block:
-            yield block
-        raise
-    if block:
-        yield block
+def _csv_header(
+    reader: FileReader, blocks: Iterator[LineBlock]
+) -> Generator[Any, None, tuple[CsvHeader, Iterator[LineBlock]]]:
+    """`FileReader.csv_header` of the first line of `blocks`, and the
+    blocks of the lines after it."""
+    first = next(blocks, None)
+    header_line = [] if first is None else [first.line(0)]
+    header = yield from reader.csv_header(iter(header_line))
+    if first is None or len(first) == 1:
+        return header, blocks
+    return header, itertools.chain([first.sliced(1)], blocks)
 
 
 def _read_block(
-    reader: FileReader, block: list[Line], text_format: _JsonLines | _Csv
+    reader: FileReader, block: LineBlock, text_format: _JsonLines | _Csv
 ) -> Iterator[Any]:
     """One block's dead letters, then its valid searches as one table."""
     texts, readable = _texts(block, reader.max_line_bytes)
@@ -137,7 +129,7 @@ def _read_block(
     batch = pa.RecordBatch.from_pylist([], schema=_READ_SCHEMA)
     try:
         if len(eligible):
-            batch = text_format.parse(b"\n".join(block[i][1] for i in eligible))
+            batch = text_format.parse(_joined_lines(texts.take(eligible)))
     except pa.ArrowInvalid:
         # The rules admit only lines Arrow reads; should Arrow still refuse
         # one, the block is read line by line rather than lost to the file's
@@ -148,32 +140,49 @@ def _read_block(
     judged = np.ones(len(block), bool)
     judged[np.delete(eligible, screened.suspects)] = False
     verdicts = (
-        text_format.judge(reader, *block[i]) for i in np.flatnonzero(judged).tolist()
+        text_format.judge(reader, *block.line(i)) for i in np.flatnonzero(judged)
     )
     return with_rescued(screened.searches, verdicts)
 
 
-def _texts(block: list[Line], max_line_bytes: int) -> tuple[pa.Array, np.ndarray]:
+def _texts(block: LineBlock, max_line_bytes: int) -> tuple[pa.Array, np.ndarray]:
     """The block's lines as strings (empty where unreadable), and which are
     readable: within the size limit and valid UTF-8."""
-    readable = np.array([length <= max_line_bytes for _, _, length in block])
-    raw = pa.array(
-        [line if ok else b"" for (_, line, _), ok in zip(block, readable, strict=True)],
-        pa.binary(),
-    )
+    readable = block.lengths <= max_line_bytes
+    raw = block.lines
+    if not readable.all():
+        raw = pc.if_else(readable, raw, b"")
     try:
-        return raw.cast(pa.string()), readable
+        return raw.cast(pa.large_string()), readable
     except pa.ArrowInvalid:  # rare: find the lines that are not UTF-8
-        readable &= np.array([_is_utf8(line) for _, line, _ in block])
-        return pc.if_else(readable, raw, b"").cast(pa.string()), readable
+        readable &= _utf8(raw)
+        return pc.if_else(readable, raw, b"").cast(pa.large_string()), readable
 
 
-def _is_utf8(line: bytes) -> bool:
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+def _utf8(raw: pa.Array) -> np.ndarray:
+    """Which of `raw`'s strings are valid UTF-8. Arrow checks an array as a
+    whole, so the array is halved until each bad string stands alone: the
+    cost grows with the bad strings, not with all of them."""
+    valid = np.ones(len(raw), bool)
+    pending = [(0, len(raw))]
+    while pending:
+        start, stop = pending.pop()
+        try:
+            raw[start:stop].cast(pa.large_string())
+        except pa.ArrowInvalid:
+            if stop - start == 1:
+                valid[start] = False
+            else:
+                middle = (start + stop) // 2
+                pending += [(start, middle), (middle, stop)]
+    return valid
+
+
+def _joined_lines(texts: pa.Array) -> pa.Buffer:
+    """`texts` joined by newlines, as Arrow's readers read them."""
+    whole = pa.LargeListArray.from_arrays(pa.array([0, len(texts)], pa.int64()), texts)
+    newline = pa.scalar("\n", pa.large_string())
+    return pc.binary_join(whole, newline)[0].as_buffer()
 
 
 def _matches(texts: pa.Array, pattern: str) -> np.ndarray:
@@ -186,12 +195,12 @@ class _JsonLines:
     def eligible(self, texts: pa.Array) -> np.ndarray:
         return _matches(texts, _JSON_OBJECT)
 
-    def parse(self, lines: bytes) -> pa.RecordBatch:
+    def parse(self, lines: pa.Buffer) -> pa.RecordBatch:
         """The eligible lines (joined by newlines) as columns of `_FIELDS`."""
         table = pa_json.read_json(
-            io.BytesIO(lines),
+            pa.BufferReader(lines),
             read_options=pa_json.ReadOptions(
-                use_threads=False, block_size=len(lines) + 1
+                use_threads=False, block_size=lines.size + 1
             ),
             parse_options=pa_json.ParseOptions(
                 explicit_schema=_READ_SCHEMA, unexpected_field_behavior="error"
@@ -229,15 +238,15 @@ class _Csv:
         fits = pc.or_(unquoted, short).to_numpy(zero_copy_only=False)
         return _matches(texts, self._row) & fits
 
-    def parse(self, lines: bytes) -> pa.RecordBatch:
+    def parse(self, lines: pa.Buffer) -> pa.RecordBatch:
         """The eligible rows (joined by newlines) as columns of `_FIELDS`; a
         row whose time or count is not a plain integer gets no event time,
         so that `screen` leaves it to the per-line path."""
         wanted = self._wanted
         table = pa_csv.read_csv(
-            io.BytesIO(lines),
+            pa.BufferReader(lines),
             read_options=pa_csv.ReadOptions(
-                column_names=self._names, use_threads=False, block_size=len(lines) + 1
+                column_names=self._names, use_threads=False, block_size=lines.size + 1
             ),
             parse_options=pa_csv.ParseOptions(
                 escape_char=False, newlines_in_values=False, ignore_empty_lines=False
