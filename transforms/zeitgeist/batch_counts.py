@@ -14,8 +14,9 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from apache_beam.transforms.window import BoundedWindow
 
-from transforms.millwheel.event_time import to_timestamp
+from transforms.millwheel.event_time import restamped, to_timestamp
 from transforms.records.zeitgeist_pb2 import SearchQuery
 from transforms.zeitgeist.keying import EMPTY_KEY, dead_search
 
@@ -48,7 +49,7 @@ class PreCountSearches(beam.DoFn):
         self._key_fn = key_fn
         self._split_identified = split_identified
 
-    def process(self, table: pa.Table) -> Iterator[Any]:
+    def process(self, table: pa.Table, window=beam.DoFn.WindowParam) -> Iterator[Any]:
         if not table.num_rows:
             return
         table = table.combine_chunks()
@@ -63,7 +64,7 @@ class PreCountSearches(beam.DoFn):
             yield from _identified(table, identified, keys, key_codes)
             summed = keyed & ~identified
         if summed.any():
-            yield from self._partials(table, summed, keys, key_codes)
+            yield from self._partials(table, summed, keys, key_codes, window)
 
     def _keys(self, queries: pa.Array) -> tuple[list[str], np.ndarray]:
         """The distinct non-empty keys, and each row's index among them."""
@@ -76,7 +77,12 @@ class PreCountSearches(beam.DoFn):
         return list(keys), codes_of_queries[encoded.indices.to_numpy()]
 
     def _partials(
-        self, table: pa.Table, rows: np.ndarray, keys: list[str], codes: np.ndarray
+        self,
+        table: pa.Table,
+        rows: np.ndarray,
+        keys: list[str],
+        codes: np.ndarray,
+        window: BoundedWindow,
     ) -> Iterator[Any]:
         event_ms = table.column("event_time").to_numpy()[rows]
         counts = pc.fill_null(table.column("count"), 1).to_numpy()[rows]
@@ -100,7 +106,7 @@ class PreCountSearches(beam.DoFn):
         ):
             key = keys[code]
             partial = SearchQuery(query=key, event_time=first_ms, count=total)
-            yield beam.window.TimestampedValue((key, partial), to_timestamp(first_ms))
+            yield restamped((key, partial), to_timestamp(first_ms), window)
         yield beam.pvalue.TaggedOutput(LATEST, int(event_ms.max()))
 
 

@@ -23,8 +23,10 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import apache_beam as beam
+from apache_beam.pvalue import TaggedOutput
 from apache_beam.transforms.window import GlobalWindow
 
+from transforms.millwheel.event_time import restamped
 from transforms.records.zeitgeist_pb2 import (
     Anomaly,
     DetectorState,
@@ -115,25 +117,23 @@ class JudgeSeries(beam.DoFn):
         self._windows_counted = WindowCounters()
         self._episodes_counted = EpisodeCounters()
 
-    def process(self, element, input_end: int) -> Iterator[Any]:
+    def process(
+        self, element, window=beam.DoFn.WindowParam, *, input_end: int
+    ) -> Iterator[Any]:
         key, partials = element
         judge = SeriesJudge(key, self._model, self._detector, self._window.size_ms)
-        for window in series_counts(key, partials, self._window, input_end):
-            stamp = self._windows_counted.stamp(window)
-            judged = judge.judge(window)
-            yield _tagged(WINDOWS, window, stamp)
-            yield _tagged(SCORES, judged.score, stamp)
+        for counted in series_counts(key, partials, self._window, input_end):
+            stamp = self._windows_counted.stamp(counted)
+            judged = judge.judge(counted)
+            yield TaggedOutput(WINDOWS, restamped(counted, stamp, window))
+            yield TaggedOutput(SCORES, restamped(judged.score, stamp, window))
             if judged.record is not None:
                 record = self._episodes_counted.count(judged.record)
-                yield beam.window.TimestampedValue(record, stamp)
+                yield restamped(record, stamp, window)
         summary = judge.end()
         if summary is not None:
             record = self._episodes_counted.count(summary)
-            yield beam.window.TimestampedValue(record, GlobalWindow().max_timestamp())
-
-
-def _tagged(tag: str, value: Any, stamp) -> beam.pvalue.TaggedOutput:
-    return beam.pvalue.TaggedOutput(tag, beam.window.TimestampedValue(value, stamp))
+            yield restamped(record, GlobalWindow().max_timestamp(), window)
 
 
 class DetectSeries(beam.PTransform):

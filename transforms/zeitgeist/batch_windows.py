@@ -23,7 +23,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.utils.timestamp import Timestamp
 
-from transforms.millwheel.event_time import last_instant, window_start
+from transforms.millwheel.event_time import last_instant, restamped, window_start
 from transforms.records.zeitgeist_pb2 import SearchQuery, WindowCount
 from transforms.zeitgeist.params import WindowParams
 from transforms.zeitgeist.window_counter import LATE, METRICS_NAMESPACE, last_event_time
@@ -93,11 +93,13 @@ class EmitSeries(beam.DoFn):
         self._params = params
         self._counted = WindowCounters()
 
-    def process(self, element, input_end: int) -> Iterator[Any]:
+    def process(
+        self, element, window=beam.DoFn.WindowParam, *, input_end: int
+    ) -> Iterator[Any]:
         key, partials = element
-        for window in series_counts(key, partials, self._params, input_end):
-            stamp = self._counted.stamp(window)
-            yield beam.window.TimestampedValue((key, window), stamp)
+        for counted in series_counts(key, partials, self._params, input_end):
+            stamp = self._counted.stamp(counted)
+            yield restamped((key, counted), stamp, window)
 
 
 class GroupSeries(beam.PTransform):
