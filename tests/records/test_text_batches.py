@@ -401,9 +401,10 @@ def test_lines_arrow_cannot_read_as_python_does_take_the_per_line_path(
 def test_numbers_python_or_arrow_cannot_hold_take_the_per_line_path(
     tmp_path, per_line_calls
 ):
-    numbers = [b"9" * 5000, b"9" * 19, b"1" + b"0" * 400 + b".5", b"1." + b"1" * 5000]
+    numbers = [b"9" * 5000, b"9" * 19, b"1" + b"0" * 400 + b".5", b"1e100"]
     lines = [b'{"query": "a", "event_time": %d, "n": %s}' % (T, n) for n in numbers]
-    path = _write(tmp_path / "n.jsonl", [_good_jsonl(0), *lines])
+    long_fraction = b'{"query": "a", "event_time": %d, "n": 1.%s}' % (T, b"1" * 5000)
+    path = _write(tmp_path / "n.jsonl", [long_fraction, *lines])
     searches, dead, _ = _assert_columnar(path, per_line_calls, len(lines), 6000)
     assert len(searches) == 4
     assert len(dead) == 1 and dead[0][2].startswith("invalid JSON: Exceeds the limit")

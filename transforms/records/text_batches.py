@@ -13,11 +13,27 @@ itself (`FileReader.jsonl_record`, `FileReader.csv_record`) with its own line
 number. So the valid searches, dead letters and counters are exactly those of
 `ReadSearchQueries`, and only the common, plainly written line is cheaper.
 
-Eligible JSON Lines: one flat object of the keys `query`, `record_id` (each a
-string or null) and `event_time`, `count` (each an integer of at most 18
-digits, or null), no key twice, spaces and tabs as the only whitespace, and
-strings without backslashes or control characters. So escapes, floats, big
-integers, NaN, nested values and other keys go to the per-line path.
+Eligible JSON Lines: one flat object of one or more members, spaces and
+tabs its only whitespace. Its members are
+- the search keys `query`, `record_id` (each a string or null) and
+  `event_time`, `count` (each an integer of at most 18 digits, or null),
+  their names written without escapes, each at most once (Python keeps the
+  last of a repeated key, Arrow refuses the block);
+- and other keys, which both readers ignore, named by one or more of
+  `[A-Za-z0-9_]` (so that no escape can spell a search key), each with a
+  string, true, false, null, or a number of at most 18 integer digits and
+  at most 2 exponent digits (Python refuses an integer of over 4300 digits;
+  Arrow refuses a double out of range, which Python reads as inf). Such a
+  key may repeat: neither reader uses its value.
+Strings hold no control character and may hold any JSON escape ("\\"",
+"\\\\", "\\/", "\\b", "\\f", "\\n", "\\r", "\\t", "\\uXXXX" in either case) but
+a "\\u" escape of a UTF-16 surrogate that is not a high one followed by a
+low one: Python decodes a lone surrogate into a `str` protobuf cannot
+encode, Arrow refuses it. Arrow decodes every other escape as Python does
+("\\u0000" too), and `screen` judges the decoded string (a query blank
+once decoded goes to the per-line path). So floats and big integers as
+search values, NaN, nested values, keys named with escapes or other
+characters, and lone surrogates go to the per-line path.
 
 Eligible CSV rows: as many fields as the header has columns, each either
 without quotes or wholly quoted without quotes inside, no "\\r" or NUL, and,
@@ -73,7 +89,7 @@ _JSON_STRING = f'"(?:[^"\\\\\\x00-\\x1f]|\\\\["\\\\/bfnrt]|{_UNICODE_ESCAPE})*"'
 _JSON_INT = "-?(?:0|[1-9][0-9]{0,17})"
 # Bounded so that Python's `int` stays under its digit limit and Arrow's
 # double stays finite (where Python would read "1e999" as inf).
-_JSON_NUMBER = f"{_JSON_INT}(?:\\.[0-9]{{1,18}})?(?:[eE][+-]?[0-9]{{1,2}})?"
+_JSON_NUMBER = f"{_JSON_INT}(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]{{1,2}})?"
 _JSON_VALUES = {
     "query": _JSON_STRING,
     "record_id": _JSON_STRING,
@@ -114,8 +130,9 @@ def _json_object_pattern() -> str:
 
 def _repeated_key_pattern() -> str:
     """A search key twice. In a line of `_JSON_OBJECT`, a quote after "{",
-    ",", a space or a tab opens a string (one inside a string follows a
-    backslash), and that string followed by ":" is a key; RE2 cannot refer
+    ",", a space or a tab and before a letter opens a string (a quote inside
+    a string follows a backslash, and a closing one is followed by no
+    letter), and that string followed by ":" is a key. RE2 cannot refer
     back to a key it has matched, so each is spelt out."""
     keys = [f'[{{,]{_SPACE}"{key}"{_SPACE}:' for key in _JSON_VALUES]
     return "|".join(f"{key}.*{key}" for key in keys)
