@@ -25,15 +25,15 @@ tabs its only whitespace. Its members are
   at most 2 exponent digits (Python refuses an integer of over 4300 digits;
   Arrow refuses a double out of range, which Python reads as inf). Such a
   key may repeat: neither reader uses its value.
-Strings hold no control character and may hold any JSON escape ("\\"",
-"\\\\", "\\/", "\\b", "\\f", "\\n", "\\r", "\\t", "\\uXXXX" in either case) but
-a "\\u" escape of a UTF-16 surrogate that is not a high one followed by a
-low one: Python decodes a lone surrogate into a `str` protobuf cannot
-encode, Arrow refuses it. Arrow decodes every other escape as Python does
-("\\u0000" too), and `screen` judges the decoded string (a query blank
-once decoded goes to the per-line path). So floats and big integers as
-search values, NaN, nested values, keys named with escapes or other
-characters, and lone surrogates go to the per-line path.
+Strings hold no raw control character (U+0000 to U+001F) and may hold any
+JSON escape ("\\"", "\\\\", "\\/", "\\b", "\\f", "\\n", "\\r", "\\t", "\\uXXXX"
+in either case) but a "\\u" escape of a UTF-16 surrogate that is not a
+high one followed by a low one: Python decodes a lone surrogate into a
+`str` protobuf cannot encode, Arrow refuses it. Arrow decodes every other
+escape as Python does ("\\u0000" too), and `screen` judges the decoded
+string (a query blank once decoded goes to the per-line path). So floats
+and big integers as search values, NaN, nested values, keys named with
+escapes or other characters, and lone surrogates go to the per-line path.
 
 Eligible CSV rows: as many fields as the header has columns, each either
 without quotes or wholly quoted without quotes inside, no "\\r" or NUL, and,
