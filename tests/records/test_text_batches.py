@@ -44,6 +44,19 @@ def _good_jsonl(i: int) -> bytes:
     return _json(query=f"q{i % 7}", event_time=T + i, record_id=f"r{i}", count=i % 3)
 
 
+QUERIES = ["caf\u00e9", "na\u00efve \u3000 \u00fcber", "\U0001f600 emoji", 'say "hi"',
+           "back\\slash/", "tab\tnew\nline", "\x00nul\x1f", "\x7f\u2028"]  # fmt: skip
+EXTRAS = [{}, {"ua": "Mozilla/5.0 \u00e9", "ts": "2024"}, {"s": 1.5e-3, "ok": True}]
+
+
+def _escaped_jsonl(i: int) -> bytes:
+    """A line as `json.dumps` writes it by default (`ensure_ascii`): non-ASCII
+    and special characters escaped, and other keys before and after."""
+    extras = EXTRAS[i % len(EXTRAS)]
+    fields = dict(query=QUERIES[i % len(QUERIES)], event_time=T + i, count=i % 3)
+    return _json(**extras, **fields, **{f"k{i}": f"v\u00e9{i}"})
+
+
 JSONL_LINES = [
     _good_jsonl(1),
     b'{"event_time":1700000000001,"query":"compact"}',
@@ -101,6 +114,15 @@ JSONL_LINES = [
     b'\xef\xbb\xbf{"query": "inner bom", "event_time": 1700000000037}',
     b'{"query": "cr\r", "event_time": 1700000000038}',
     b'{"query": "cr", "event_time": 1700000000039}\r',  # "\r\r\n" ending
+    *(_escaped_jsonl(i) for i in range(6)),
+    b'{"query": "\\n", "event_time": 1700000000043}',  # blank once decoded
+    b'{"query": "\\u0000", "event_time": 1700000000044}',
+    b'{"query": "\\ude00\\ud83d reversed", "event_time": 1700000000045}',
+    b'{"query": "low \\udc00", "event_time": 1700000000046}',
+    b'{"query": "a", "qu\\u0065ry": "b", "event_time": 1700000000047}',
+    b'{"query": "a", "event_time": 1700000000048, "note": "\\ud800"}',
+    b'{"query": "a", "event_time": 1700000000049, "n": 1e999}',
+    b'{"query": "a", "event_time": 1700000000051, "x": 1, "x": [2]}',
     b"",
     b"   \t",
 ]
@@ -261,16 +283,127 @@ def test_plain_lines_never_take_the_per_line_path(tmp_path, per_line_calls):
 def test_odd_lines_alone_take_the_per_line_path(tmp_path, per_line_calls):
     odd = [
         b'{"query": "float", "event_time": 1700000000000, "count": 2.0}',
-        b'{"query": "caf\\u00e9", "event_time": 1700000000000}',
+        b'{"query": "lone \\ud800", "event_time": 1700000000000}',
         b'{"query": "a", "query": "b", "event_time": 1700000000000}',
         b'{"query": "n", "event_time": 1700000000000, "count": NaN}',
-        b'{"query": "x", "event_time": 1700000000000, "source": "web"}',
+        b'{"query": "x", "event_time": 1700000000000, "source": {"web": 1}}',
     ]
     lines = [_good_jsonl(i) for i in range(100)]
     lines[10:90:16] = odd
     path = _write(tmp_path / "o.jsonl", lines)
     _outputs(path, "jsonl", read_text_searches)
     assert per_line_calls == {"jsonl_record": len(odd)}
+
+
+def _assert_columnar(path, per_line_calls, per_line=0, max_line_bytes=MAX_LINE_BYTES):
+    """Both readers agree on `path`, and the columnar one read `per_line`
+    of its lines one by one."""
+    _outputs(path, "jsonl", read_text_searches, max_line_bytes)
+    assert per_line_calls == ({"jsonl_record": per_line} if per_line else {})
+    return _assert_same(path, "jsonl", max_line_bytes)
+
+
+ESCAPES = [b'\\"', b"\\\\", b"\\/", b"\\b", b"\\f", b"\\n", b"\\r", b"\\t",
+           b"\\u0000", b"\\u001f", b"\\u00e9", b"\\u00E9", b"\\u00Ea", b"\\uffff",
+           b"\\ud7ff\\ue000", b"\\ud83d\\ude00", b"\\uD83D\\uDE00",
+           b"\\udbff\\udfff", b"\\u0020\\u2028"]  # fmt: skip
+
+
+def test_escaped_strings_take_the_columnar_path(tmp_path, per_line_calls):
+    lines = [
+        b'{"query": "q%s", "event_time": %d, "record_id": "%s"}' % (e, T, e)
+        for e in ESCAPES
+    ]
+    # `json.dumps` escapes by default (`ensure_ascii`).
+    lines += [_json(query=q, event_time=T, record_id=q) for q in QUERIES]
+    path = _write(tmp_path / "e.jsonl", lines)
+    searches, _, _ = _assert_columnar(path, per_line_calls)
+    assert len(searches) == len(lines)
+    assert ("q\x00", T, None, "\x00") in searches
+    assert ("\U0001f600 emoji", T, None, "\U0001f600 emoji") in searches
+
+
+OTHER_MEMBERS = [
+    b'"user_agent": "Mozilla/5.0 (X11; Linux x86_64)"',
+    b'"ts_iso": "2024-01-01T00:00:00Z"',
+    b'"_": "\\u00e9\\n\\"\\ud83d\\ude00"',
+    b'"n": 0', b'"n": -1.5e-3', b'"n": 123456789012345678.123456789012345678E+99',
+    b'"n": -0.0', b'"n": 1E-99', b'"t": true', b'"f": false', b'"z": null',
+    b'"Query": 1', b'"queryx": "y"', b'"event_tim": 2', b'"counts": 3',
+    b'"record_id_2": "r"', b'"x": 1, "x": "repeated"',
+]  # fmt: skip
+
+
+def test_other_keys_take_the_columnar_path(tmp_path, per_line_calls):
+    lines = [
+        b'{%s, "query": "a", "event_time": %d}' % (m, T) for m in OTHER_MEMBERS
+    ] + [
+        b'{"query": "b",%s\t,"event_time": %d, %s, "count": 2}' % (m, T, m)
+        for m in OTHER_MEMBERS
+    ]
+    lines += [_escaped_jsonl(i) for i in range(24)]
+    path = _write(tmp_path / "k.jsonl", lines)
+    searches, _, _ = _assert_columnar(path, per_line_calls)
+    assert len(searches) == len(lines)
+
+
+# Lines Arrow would read otherwise than Python, or refuse, or whose values
+# `screen` cannot clear.
+PER_LINE = [
+    b'{"query": "lone \\ud800", "event_time": 1700000000000}',
+    b'{"query": "\\uD83D", "event_time": 1700000000000}',
+    b'{"query": "low \\udc00", "event_time": 1700000000000}',
+    b'{"query": "\\ude00\\ud83d", "event_time": 1700000000000}',
+    b'{"query": "\\ud83d\\u0041", "event_time": 1700000000000}',
+    b'{"query": "\\ud83d\\ude00\\ud83d", "event_time": 1700000000000}',
+    b'{"query": "q", "event_time": 1700000000000, "record_id": "\\udfff"}',
+    b'{"query": "q", "event_time": 1700000000000, "note": "\\udbff"}',
+    b'{"query": "q", "event_time": 1700000000000, "x\\ud800": 1}',
+    b'{"query": "a", "qu\\u0065ry": "b", "event_time": 1700000000000}',
+    b'{"qu\\u0065ry": "b", "event_time": 1700000000000}',
+    b'{"query": "a", "event_\\u0074ime": 1700000000000}',
+    b'{"query": "a", "event_time": 1700000000000, "n\\u0061me": 1}',
+    b'{"query": "a", "event_time": 1700000000000, "\\/": 1}',
+    b'{"query": "a", "event_time": 1700000000000, "": 1}',
+    b'{"query": "a", "event_time": 1700000000000, "query": "b"}',
+    b'{"query":"a","event_time":1,"x":1, "event_time" :1700000000000}',
+    b'{"count": 1, "query": "a", "event_time": 1700000000000,\t"count":2}',
+    b'{"query": "a", "event_time": 1700000000000, "x": {"a": 1}}',
+    b'{"query": "a", "event_time": 1700000000000, "x": [1]}',
+    b'{"query": "a", "event_time": 1700000000000, "x": 1e999}',
+    b'{"query": "a", "event_time": 1700000000000, "x": 1e309}',
+    b'{"query": "a", "event_time": 1700000000000, "x": NaN}',
+    b'{"query": "a", "event_time": 1700000000000, "x": -Infinity}',
+    b'{"query": "a", "event_time": 1700000000000, "x": 01}',
+    b'{"query": "a", "event_time": 1700000000000, "x": 1.}',
+    b'{"query": "a", "event_time": 1700000000000, "x": "\\x41"}',
+    b'{"query": "\\u12", "event_time": 1700000000000}',
+    b'{"query": "\\U00e9", "event_time": 1700000000000}',
+    b'{"query": "\\a", "event_time": 1700000000000}',
+    b'{"query": "\\n", "event_time": 1700000000000}',  # blank once decoded
+    b'{"query": "\\t\\u3000\\u0085", "event_time": 1700000000000}',
+]
+
+
+def test_lines_arrow_cannot_read_as_python_does_take_the_per_line_path(
+    tmp_path, per_line_calls
+):
+    lines = [_good_jsonl(i) for i in range(3 * len(PER_LINE))]
+    lines[1::3] = PER_LINE
+    path = _write(tmp_path / "p.jsonl", lines)
+    _assert_columnar(path, per_line_calls, per_line=len(PER_LINE))
+
+
+def test_numbers_python_or_arrow_cannot_hold_take_the_per_line_path(
+    tmp_path, per_line_calls
+):
+    numbers = [b"9" * 5000, b"9" * 19, b"1" + b"0" * 400 + b".5", b"1e100"]
+    lines = [b'{"query": "a", "event_time": %d, "n": %s}' % (T, n) for n in numbers]
+    long_fraction = b'{"query": "a", "event_time": %d, "n": 1.%s}' % (T, b"1" * 5000)
+    path = _write(tmp_path / "n.jsonl", [long_fraction, *lines])
+    searches, dead, _ = _assert_columnar(path, per_line_calls, len(lines), 6000)
+    assert len(searches) == 4
+    assert len(dead) == 1 and dead[0][2].startswith("invalid JSON: Exceeds the limit")
 
 
 def test_lines_not_utf8_alone_take_the_per_line_path(tmp_path, per_line_calls):
@@ -328,7 +461,10 @@ FRAGMENTS = [
     "0", "-", "+", ".", "e", "1.0", "NaN", "null", "true", "_", "\u00e9",
     "\u3000", "\u0661", "\\u00e9", '\\"', '"query": "dup", ', '"count": 2, ',
     '"event_time": 1700000000000, ', '"x": 1, ', "9" * 19, '""', '"a,b"',
-    "2024-01-01T00:00:00Z", "\ufeff",
+    "2024-01-01T00:00:00Z", "\ufeff", "\\n", "\\/", "\\\\", "\\u0000", "\\uDE00",
+    "\\ud83d\\ude00", "\\ud800", "\\udc00", "\\u00", "\\x", '"k": "v", ',
+    '"k": 1.5e-3, ', '"k": {"a": 1}, ', '"k": 1e999, ', '"qu\\u0065ry": "e", ',
+    '"count\\u0000": 1, ',
 ]  # fmt: skip
 
 
@@ -366,7 +502,8 @@ def test_fuzzed_files_are_read_as_line_by_line(
     rng = random.Random(SEED * 100 + seed)
     monkeypatch.setattr(text_batches, "_BLOCK_LINES", 97)
     monkeypatch.setattr("transforms.records.lines.CHUNK_BYTES", chunk_bytes)
-    good_json = [_good_jsonl(i) for i in range(1500)] + JSONL_LINES
+    good_json = [_good_jsonl(i) for i in range(1000)] + JSONL_LINES
+    good_json += [_escaped_jsonl(i) for i in range(500)]
     good_csv = (
         [b'"q%d",%d,"r%d",%d' % (i % 7, T + i, i, i % 3) for i in range(750)]
         + [b"q%d,%d,,%d" % (i % 7, T + i, i % 3) for i in range(750)]
@@ -378,7 +515,7 @@ def test_fuzzed_files_are_read_as_line_by_line(
     header = b"query,event_time,record_id,count"
     csv = _write(tmp_path / "f.csv", [header, *_fuzzed(rng, good_csv)])
     for path, fmt in [(jsonl, "jsonl"), (csv, "csv")]:
-        searches, dead, _ = _assert_same(path, fmt, max_line_bytes=120)
+        searches, dead, _ = _assert_same(path, fmt, max_line_bytes=160)
         assert len(searches) > 500 and len(dead) > 500
 
 

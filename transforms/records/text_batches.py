@@ -13,11 +13,27 @@ itself (`FileReader.jsonl_record`, `FileReader.csv_record`) with its own line
 number. So the valid searches, dead letters and counters are exactly those of
 `ReadSearchQueries`, and only the common, plainly written line is cheaper.
 
-Eligible JSON Lines: one flat object of the keys `query`, `record_id` (each a
-string or null) and `event_time`, `count` (each an integer of at most 18
-digits, or null), no key twice, spaces and tabs as the only whitespace, and
-strings without backslashes or control characters. So escapes, floats, big
-integers, NaN, nested values and other keys go to the per-line path.
+Eligible JSON Lines: one flat object of one or more members, spaces and
+tabs its only whitespace. Its members are
+- the search keys `query`, `record_id` (each a string or null) and
+  `event_time`, `count` (each an integer of at most 18 digits, or null),
+  their names written without escapes, each at most once (Python keeps the
+  last of a repeated key, Arrow refuses the block);
+- and other keys, which both readers ignore, named by one or more of
+  `[A-Za-z0-9_]` (so that no escape can spell a search key), each with a
+  string, true, false, null, or a number of at most 18 integer digits and
+  at most 2 exponent digits (Python refuses an integer of over 4300 digits;
+  Arrow refuses a double out of range, which Python reads as inf). Such a
+  key may repeat: neither reader uses its value.
+Strings hold no raw control character (U+0000 to U+001F) and may hold any
+JSON escape ("\\"", "\\\\", "\\/", "\\b", "\\f", "\\n", "\\r", "\\t", "\\uXXXX"
+in either case) but a "\\u" escape of a UTF-16 surrogate that is not a
+high one followed by a low one: Python decodes a lone surrogate into a
+`str` protobuf cannot encode, Arrow refuses it. Arrow decodes every other
+escape as Python does ("\\u0000" too), and `screen` judges the decoded
+string (a query blank once decoded goes to the per-line path). So floats
+and big integers as search values, NaN, nested values, keys named with
+escapes or other characters, and lone surrogates go to the per-line path.
 
 Eligible CSV rows: as many fields as the header has columns, each either
 without quotes or wholly quoted without quotes inside, no "\\r" or NUL, and,
@@ -33,6 +49,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import string
 from collections.abc import Generator, Iterator
 from typing import Any, BinaryIO
 
@@ -60,34 +77,70 @@ _FIELDS = SEARCH_SCHEMA.names
 _READ_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in SEARCH_SCHEMA])
 
 _SPACE = "[ \\t]*"
-_JSON_STRING = '"[^"\\\\\\x00-\\x1f]*"'
+_HEX = "[0-9A-Fa-f]"
+# A "\u" escape of a code unit that is not a surrogate, or of a high
+# surrogate followed by a low one: Arrow refuses a lone surrogate, which
+# Python decodes into a `str` that protobuf cannot encode.
+_UNICODE_ESCAPE = (
+    f"\\\\u(?:[0-9A-Ca-cE-Fe-f]{_HEX}{{3}}|[Dd][0-7]{_HEX}{{2}}"
+    f"|[Dd][89ABab]{_HEX}{{2}}\\\\u[Dd][C-Fc-f]{_HEX}{{2}})"
+)
+_JSON_STRING = f'"(?:[^"\\\\\\x00-\\x1f]|\\\\["\\\\/bfnrt]|{_UNICODE_ESCAPE})*"'
 _JSON_INT = "-?(?:0|[1-9][0-9]{0,17})"
+# Bounded so that Python's `int` stays under its digit limit and Arrow's
+# double stays finite (where Python would read "1e999" as inf).
+_JSON_NUMBER = f"{_JSON_INT}(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]{{1,2}})?"
 _JSON_VALUES = {
     "query": _JSON_STRING,
     "record_id": _JSON_STRING,
     "event_time": _JSON_INT,
     "count": _JSON_INT,
 }
+_NAME_CHARS = string.ascii_letters + string.digits + "_"
+
+
+def _names_other_than(words: set[str], empty: bool = False) -> str:
+    """Strings of `_NAME_CHARS` not in `words` (the empty one only if
+    `empty`), spelt out character by character, as RE2 has no lookahead."""
+    firsts = sorted({word[0] for word in words if word})
+    others = "".join(c for c in _NAME_CHARS if c not in firsts)
+    branches = [f"[{others}][{_NAME_CHARS}]*"]
+    for first in firsts:
+        rest = {word[1:] for word in words if word[:1] == first}
+        branches.append(first + _names_other_than(rest, "" not in rest))
+    either = f"(?:{'|'.join(branches)})"
+    return either + "?" if empty else either
 
 
 def _json_object_pattern() -> str:
-    """A flat object of some of the search keys, each once, with values of
-    their `_JSON_VALUES` form or null. Every order of keys is spelt out,
-    since RE2 cannot refer back to the keys it has matched: Python keeps
-    the last of a repeated key, where Arrow refuses the whole block."""
-    members = {
-        key: f'"{key}"{_SPACE}:{_SPACE}(?:{value}|null)'
+    """A flat object of search keys, with values of their `_JSON_VALUES`
+    form or null, and other keys, named plainly, with scalar values."""
+    scalar = f"(?:{_JSON_STRING}|{_JSON_NUMBER}|true|false|null)"
+    other = f'"{_names_other_than(set(_JSON_VALUES))}"{_SPACE}:{_SPACE}{scalar}'
+    members = [
+        f'"{key}"{_SPACE}:{_SPACE}(?:{value}|null)'
         for key, value in _JSON_VALUES.items()
-    }
-    orders = [
-        f"{_SPACE},{_SPACE}".join(members[key] for key in order)
-        for n in range(1, len(members) + 1)
-        for order in itertools.permutations(members, n)
     ]
-    return f"^{_SPACE}\\{{{_SPACE}(?:{'|'.join(orders)}){_SPACE}\\}}{_SPACE}$"
+    member = f"(?:{'|'.join([*members, other])})"
+    return (
+        f"^{_SPACE}\\{{{_SPACE}{member}(?:{_SPACE},{_SPACE}{member})*"
+        f"{_SPACE}\\}}{_SPACE}$"
+    )
+
+
+def _repeated_key_pattern() -> str:
+    """A search key twice. In a line of `_JSON_OBJECT`, a quote after "{",
+    ",", a space or a tab and before a letter opens a string (a quote inside
+    a string follows a backslash, and a closing one is followed by no
+    letter), and that string followed by ":" is a key. RE2 cannot refer
+    back to a key it has matched, so each is spelt out."""
+    keys = [f'[{{,]{_SPACE}"{key}"{_SPACE}:' for key in _JSON_VALUES]
+    return "|".join(f"{key}.*{key}" for key in keys)
 
 
 _JSON_OBJECT = _json_object_pattern()
+# Python keeps the last of a repeated key, where Arrow refuses the block.
+_REPEATED_KEY = _repeated_key_pattern()
 
 _CSV_FIELD = '(?:[^",\\r\\x00]*|"[^"\\r\\x00]*")'
 _MAX_CSV_COLUMNS = 100  # RE2 repeats at most 1000 times
@@ -193,7 +246,7 @@ class _JsonLines:
     """JSON Lines: which lines Arrow reads as Python would, and reading them."""
 
     def eligible(self, texts: pa.Array) -> np.ndarray:
-        return _matches(texts, _JSON_OBJECT)
+        return _matches(texts, _JSON_OBJECT) & ~_matches(texts, _REPEATED_KEY)
 
     def parse(self, lines: pa.Buffer) -> pa.RecordBatch:
         """The eligible lines (joined by newlines) as columns of `_FIELDS`."""
@@ -203,7 +256,7 @@ class _JsonLines:
                 use_threads=False, block_size=lines.size + 1
             ),
             parse_options=pa_json.ParseOptions(
-                explicit_schema=_READ_SCHEMA, unexpected_field_behavior="error"
+                explicit_schema=_READ_SCHEMA, unexpected_field_behavior="ignore"
             ),
         )
         return table.combine_chunks().to_batches()[0]
