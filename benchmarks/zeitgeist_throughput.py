@@ -29,7 +29,10 @@ per-row reader (`ReadSearchQueries`' DoFn), and a plain
 `pyarrow.parquet.read_table` of the file, in rows/s. The same rows written
 as CSV (`pyarrow.csv.write_csv`) and as JSON Lines are read likewise: the
 columnar reader, the per-line reader, and Arrow's own CSV or JSON reader
-(which validates nothing) as the baseline.
+(which validates nothing) as the baseline. So is a JSON Lines copy as
+exported logs often are (`jsonl-esc`): queries with a non-ASCII word,
+which `json.dumps` writes as "\\u" escapes, and a key a search does not
+have.
 """
 
 import argparse
@@ -206,14 +209,26 @@ def _drain_file(source: pathlib.Path, fmt: str, read) -> None:
         pass
 
 
-def write_text_copies(source: pathlib.Path) -> dict[str, pathlib.Path]:
-    """The Parquet file's rows as CSV and as JSON Lines, beside it."""
+def write_text_copies(source: pathlib.Path) -> dict[str, tuple[str, pathlib.Path]]:
+    """The Parquet file's rows as CSV and as JSON Lines, beside it, by label:
+    each copy's format and path. `jsonl-esc` is JSON Lines as exported logs
+    often are: non-ASCII queries, which `json.dumps` writes as "\\u" escapes
+    by default, and a key that is not a search's."""
     table = pq.read_table(source)
-    copies = {"csv": source.with_suffix(".csv"), "jsonl": source.with_suffix(".jsonl")}
-    pa_csv.write_csv(table, copies["csv"])
-    with open(copies["jsonl"], "w", encoding="utf-8") as lines:
-        for row in table.to_pylist():
+    copies = {
+        "csv": ("csv", source.with_suffix(".csv")),
+        "jsonl": ("jsonl", source.with_suffix(".jsonl")),
+        "jsonl-esc": ("jsonl", source.with_name(source.stem + "-esc.jsonl")),
+    }
+    pa_csv.write_csv(table, copies["csv"][1])
+    rows = table.to_pylist()
+    with open(copies["jsonl"][1], "w", encoding="utf-8") as lines:
+        for row in rows:
             lines.write(json.dumps(row) + "\n")
+    with open(copies["jsonl-esc"][1], "w", encoding="utf-8") as lines:
+        for row in rows:
+            exported = {**row, "query": f"{row['query']} café", "client": "web"}
+            lines.write(json.dumps(exported) + "\n")
     return copies
 
 
@@ -222,7 +237,7 @@ def read_report(rows: int, medians: dict[str, float], label: str = "") -> str:
     base_name = next(iter(rates))
     base = rates[base_name]
     return "\n".join(
-        f"read {label:<8}{name:<11}{rate:>12,.0f} rows/s  "
+        f"read {label:<10}{name:<11}{rate:>12,.0f} rows/s  "
         f"{rate / base:.2f}x {base_name}"
         for name, rate in rates.items()
     )
@@ -331,8 +346,8 @@ def main(argv: Sequence[str]) -> int:
         stream.write_parquet(source)
         read_s = time_read_stage(source, args.repeats)
         text_read_s = {
-            fmt: time_text_read_stage(path, fmt, args.repeats)
-            for fmt, path in write_text_copies(source).items()
+            label: time_text_read_stage(path, fmt, args.repeats)
+            for label, (fmt, path) in write_text_copies(source).items()
         }
         outputs = [pathlib.Path(tmp) / f"run{i}" for i in range(args.repeats)]
         runs = [time_pipeline(source, out, child_argv) for out in outputs]
@@ -342,8 +357,8 @@ def main(argv: Sequence[str]) -> int:
     peak_rss = [peak for _, peak in runs]
     print(report(stream, pipeline_s, peak_rss, numpy_s, check, beam_args))
     print(read_report(len(stream), read_s, "parquet"))
-    for fmt, medians in text_read_s.items():
-        print(read_report(len(stream), medians, fmt))
+    for label, medians in text_read_s.items():
+        print(read_report(len(stream), medians, label))
     return 0 if check[0] else 1
 
 
