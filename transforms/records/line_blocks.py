@@ -44,6 +44,16 @@ class LineBlock:
         """Line `i` of the block as `FileReader.lines` yields it."""
         return int(self.numbers[i]), self.lines[i].as_py(), int(self.lengths[i])
 
+    def lines_at(self, indices: np.ndarray) -> Iterator[tuple[int, bytes, int]]:
+        """The lines at `indices`, as `FileReader.lines` yields them; taken
+        together, since Arrow's per-item access costs microseconds a line."""
+        return zip(
+            self.numbers[indices].tolist(),
+            self.lines.take(pa.array(indices, pa.int64())).to_pylist(),
+            self.lengths[indices].tolist(),
+            strict=True,
+        )
+
     def sliced(self, start: int, stop: int | None = None) -> LineBlock:
         """Lines `start` to `stop` of the block, without copying them."""
         stop = len(self) if stop is None else min(stop, len(self))

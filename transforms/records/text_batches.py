@@ -193,7 +193,8 @@ def _read_block(
     judged = np.ones(len(block), bool)
     judged[np.delete(eligible, screened.suspects)] = False
     verdicts = (
-        text_format.judge(reader, *block.line(i)) for i in np.flatnonzero(judged)
+        text_format.judge(reader, *line)
+        for line in block.lines_at(np.flatnonzero(judged))
     )
     return with_rescued(screened.searches, verdicts)
 
@@ -213,22 +214,18 @@ def _texts(block: LineBlock, max_line_bytes: int) -> tuple[pa.Array, np.ndarray]
 
 
 def _utf8(raw: pa.Array) -> np.ndarray:
-    """Which of `raw`'s strings are valid UTF-8. Arrow checks an array as a
-    whole, so the array is halved until each bad string stands alone: the
-    cost grows with the bad strings, not with all of them."""
-    valid = np.ones(len(raw), bool)
-    pending = [(0, len(raw))]
-    while pending:
-        start, stop = pending.pop()
-        try:
-            raw[start:stop].cast(pa.large_string())
-        except pa.ArrowInvalid:
-            if stop - start == 1:
-                valid[start] = False
-            else:
-                middle = (start + stop) // 2
-                pending += [(start, middle), (middle, stop)]
-    return valid
+    """Which of `raw`'s strings are valid UTF-8, for a block Arrow found
+    not to be: Arrow checks an array only as a whole, so Python checks each
+    string, as the per-line path would."""
+    return np.array([_decodes(line) for line in raw.to_pylist()], bool)
+
+
+def _decodes(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _joined_lines(texts: pa.Array) -> pa.Buffer:
