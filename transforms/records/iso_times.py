@@ -30,16 +30,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 ISO_TIME = (
-    "^(?P<year>[1-9][0-9]{3})-(?P<month>0[1-9]|1[0-2])"
-    "-(?P<day>0[1-9]|[12][0-9]|3[01])"
-    "[T ](?P<hour>[01][0-9]|2[0-3]):(?P<minute>[0-5][0-9]):(?P<second>[0-5][0-9])"
-    "(?:\\.(?P<fraction>[0-9]{1,6}))?"
-    "(?:Z|(?P<sign>[+-])(?P<offset_hours>[01][0-9]|2[0-3]):?"
-    "(?P<offset_minutes>[0-5][0-9]))?$"
+    "^[1-9][0-9]{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+    "[T ](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+    "(?:\\.[0-9]{1,6})?"
+    "(?:Z|[+-](?:[01][0-9]|2[0-3]):?[0-5][0-9])?$"
 )
 
 _US_PER_S = 1_000_000
 _US_PER_MS = 1000
+_FRACTION_DIGITS = 6
+# Where the fixed-width fields start: YYYY-MM-DDTHH:MM:SS, then the rest.
+_YEAR, _MONTH, _DAY, _HOUR, _MINUTE, _SECOND, _REST = 0, 5, 8, 11, 14, 17, 19
 # Days of the year before each month's first, in a common year.
 _DAYS_BEFORE_MONTH = np.cumsum([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30])
 _DAYS_IN_MONTH = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
@@ -50,42 +51,97 @@ def iso_millis(times: pa.Array) -> pa.Array:
     `ISO_TIME` form and a real date; null for all others."""
     admitted = pc.fill_null(pc.match_substring_regex(times, ISO_TIME), False)
     rows = np.flatnonzero(admitted.to_numpy(zero_copy_only=False))
-    parts = pc.extract_regex(times.take(rows), ISO_TIME)
-    year = _digits(parts, "year", 4)
-    month, day = _digits(parts, "month", 2), _digits(parts, "day", 2)
-    real = day <= _days_in_month(year, month)
+    chars = _Chars(times.take(rows))
+    zone = _zone_length(chars)
+    year, month, day = chars.number(_YEAR, 4), chars.number(_MONTH), chars.number(_DAY)
     seconds = (
         _days_since_epoch(year, month, day) * 86400
-        + _digits(parts, "hour", 2) * 3600
-        + _digits(parts, "minute", 2) * 60
-        + _digits(parts, "second", 2)
-        - _offset_seconds(parts)
+        + chars.number(_HOUR) * 3600
+        + chars.number(_MINUTE) * 60
+        + chars.number(_SECOND)
+        - _offset_seconds(chars, zone)
     )
     # Python floors the microseconds to whole ms, as numpy's `//` does.
-    micros = seconds * _US_PER_S + _digits(parts, "fraction", 6)
+    micros = seconds * _US_PER_S + _fraction_micros(chars, zone)
     millis = np.zeros(len(times), np.int64)
     millis[rows] = micros // _US_PER_MS
     valid = np.zeros(len(times), bool)
-    valid[rows] = real
+    valid[rows] = day <= _days_in_month(year, month)
     return pa.array(millis, pa.int64(), mask=~valid)
 
 
-def _digits(parts: pa.StructArray, name: str, width: int) -> np.ndarray:
-    """A group of `ISO_TIME`'s matches as integers, its digits right-padded
-    with zeros to `width`: a fraction so becomes microseconds, and a group
-    that matched nothing 0."""
-    text = pc.utf8_rpad(pc.struct_field(parts, name), width, "0")
-    return text.cast(pa.int64()).to_numpy()
+class _Chars:
+    """The bytes of an array of ASCII strings, addressed from each string's
+    start or end (each string is of the `ISO_TIME` form)."""
+
+    def __init__(self, texts: pa.Array) -> None:
+        _, offsets, data = texts.buffers()
+        kind = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+        bounds = np.frombuffer(offsets, kind)[
+            texts.offset : texts.offset + len(texts) + 1
+        ]
+        self.data = np.frombuffer(data, np.uint8) if data else np.zeros(0, np.uint8)
+        self.starts = bounds[:-1].astype(np.int64)
+        self.ends = bounds[1:].astype(np.int64)
+
+    def number(self, at: int, width: int = 2) -> np.ndarray:
+        """The `width` digits from `at` in each string, as integers."""
+        return self.digits_at(self.starts + at, width)
+
+    def digits_at(self, where: np.ndarray, width: int) -> np.ndarray:
+        value = np.zeros(len(where), np.int64)
+        for i in range(width):
+            value = value * 10 + self.data[where + i] - ord("0")
+        return value
+
+    def byte_at(self, where: np.ndarray) -> np.ndarray:
+        return self.data[where]
 
 
-def _offset_seconds(parts: pa.StructArray) -> np.ndarray:
-    """The zone's offset east of UTC in seconds (0 for "Z" or none)."""
-    east = (
-        _digits(parts, "offset_hours", 2) * 3600
-        + _digits(parts, "offset_minutes", 2) * 60
+def _zone_length(chars: _Chars) -> np.ndarray:
+    """The length of each string's zone: 6 for "+HH:MM", 5 for "+HHMM", 1
+    for "Z", 0 for none. In the `ISO_TIME` form a sign is never among the
+    last 6 characters but as a zone's first."""
+    return np.select(
+        [
+            _is_sign(chars.byte_at(chars.ends - 6)),
+            _is_sign(chars.byte_at(chars.ends - 5)),
+            chars.byte_at(chars.ends - 1) == ord("Z"),
+        ],
+        [6, 5, 1],
+        0,
     )
-    west = pc.equal(pc.struct_field(parts, "sign"), "-").to_numpy(zero_copy_only=False)
-    return np.where(west, -east, east)
+
+
+def _is_sign(byte: np.ndarray) -> np.ndarray:
+    return (byte == ord("+")) | (byte == ord("-"))
+
+
+def _offset_seconds(chars: _Chars, zone: np.ndarray) -> np.ndarray:
+    """The offset east of UTC in seconds of each string's zone of length
+    `zone` (0 for "Z" or none): its hours follow the sign, its minutes end
+    the string."""
+    has_offset = zone >= 5
+    # Without an offset, the string's start is read instead, and dropped.
+    sign = np.where(has_offset, chars.ends - zone, chars.starts)
+    east = chars.digits_at(sign + 1, 2) * 3600 + chars.digits_at(chars.ends - 2, 2) * 60
+    east = np.where(has_offset, east, 0)
+    return np.where(chars.byte_at(sign) == ord("-"), -east, east)
+
+
+def _fraction_micros(chars: _Chars, zone: np.ndarray) -> np.ndarray:
+    """The fraction of a second after "." as microseconds (0 if none), its
+    1 to 6 digits padded with zeros to 6, in strings whose zones have
+    lengths `zone`."""
+    after_seconds = chars.ends - chars.starts - _REST - zone
+    digits = np.maximum(after_seconds - 1, 0)  # less the "."
+    micros = np.zeros(len(digits), np.int64)
+    for i in range(_FRACTION_DIGITS):
+        # Past a string's digits, its start is read instead, and dropped.
+        at = np.where(i < digits, chars.starts + _REST + 1 + i, chars.starts)
+        digit = np.where(i < digits, chars.byte_at(at) - ord("0"), 0)
+        micros = micros * 10 + digit
+    return micros
 
 
 def _is_leap(year: np.ndarray) -> np.ndarray:
