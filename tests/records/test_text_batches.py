@@ -10,6 +10,7 @@ seeded fuzz of mutated good lines checks the same, and a pipeline checks
 """
 
 import csv
+import datetime as dt
 import gzip
 import json
 import random
@@ -144,6 +145,11 @@ CSV_LINES = [
     b"too,many,1,2,3,4",
     b"iso,2024-01-01T00:00:00,1,,",
     b"iso z,2024-01-01T00:00:00+00:00,1,,",
+    b"iso space,2024-01-01 00:00:00.5-05:30,1,,",
+    b"iso compact zone,2024-01-01T00:00:00.065+0000,1,,",
+    b"iso feb 30,2024-02-30T00:00:00Z,1,,",
+    b"iso early,1999-12-31T23:30:00-00:29,1,,",
+    b"iso padded, 2024-01-01T00:00:00Z,1,,",
     b"spaced, 1700000000011 ,1,,",
     b"plus,+1700000000012,1,,",
     b"underscores,1_700_000_000_013,1,,",
@@ -293,6 +299,73 @@ def test_odd_lines_alone_take_the_per_line_path(tmp_path, per_line_calls):
     path = _write(tmp_path / "o.jsonl", lines)
     _outputs(path, "jsonl", read_text_searches)
     assert per_line_calls == {"jsonl_record": len(odd)}
+
+
+ISO_TIMES = [
+    "2024-01-01T00:00:00",
+    "2024-01-01 00:00:00.5",
+    "2024-01-01T00:00:00Z",
+    "2026-01-05T00:00:00.065+0000",
+    "2024-02-29T05:30:00.123456+05:30",
+    "2023-12-31T19:00:00.12-0500",
+    "2000-01-01T00:00:00Z",
+    "2100-01-01T00:00:00Z",
+    "2000-01-01T05:30:00+05:30",
+]
+# Times Python reads, or refuses, that the column does not convert, or that
+# it converts to a time out of range.
+ISO_TIMES_PER_LINE = [
+    "2024-02-30T00:00:00",
+    "2023-02-29T00:00:00",
+    "2100-02-29T00:00:00Z",
+    "2024-01-01t00:00:00",
+    " 2024-01-01T00:00:00Z",
+    "2024-01-01T00:00:00+05",
+    "2024-01-01T00:00:00.1234567",
+    "2024-01-01T00:00:00,5",
+    "2024-01-01T24:00:00",
+    "2024-01-01T23:59:60",
+    "2024-01-01T00:00:00+24:00",
+    "2024-01-01T00:00:00+00:60",
+    "2024-W01-1",
+    "20240101T000000",
+    "1999-12-31T23:59:59.999Z",
+    "2100-01-01T00:00:00.001Z",
+    "2000-01-01T00:30:00+01:00",
+    "2099-12-31T23:30:00-00:31",
+]
+
+
+def _iso_rows(times: list[str], count: int) -> list[bytes]:
+    """`count` rows with the `times` in turn, quoted and not (always
+    quoted if the time has a comma)."""
+    rows = []
+    for i in range(count):
+        time = times[i % len(times)].encode()
+        quoted = b'"q%d","%s","%d","r%d"' % (i % 7, time, i % 3, i)
+        plain = b"q%d,%s,%d,r%d" % (i % 7, time, i % 3, i)
+        rows.append(quoted if i % 2 or b"," in time else plain)
+    return rows
+
+
+def test_iso_times_take_the_columnar_path(tmp_path, per_line_calls):
+    header = b"query,event_time,count,record_id"
+    path = _write(tmp_path / "i.csv", [header, *_iso_rows(ISO_TIMES, 500)])
+    assert len(_outputs(path, "csv", read_text_searches)[0]) == 500
+    assert not per_line_calls
+    _assert_same(path, "csv")
+
+
+def test_iso_times_the_column_does_not_convert_take_the_per_line_path(
+    tmp_path, per_line_calls
+):
+    rows = _iso_rows(ISO_TIMES, 3 * len(ISO_TIMES_PER_LINE))
+    rows[1::3] = _iso_rows(ISO_TIMES_PER_LINE, len(ISO_TIMES_PER_LINE))
+    path = _write(tmp_path / "i.csv", [b"query,event_time,count,record_id", *rows])
+    _outputs(path, "csv", read_text_searches)
+    assert per_line_calls == {"csv_record": len(ISO_TIMES_PER_LINE)}
+    searches, dead, _ = _assert_same(path, "csv")
+    assert len(dead) == 10 and len(searches) == len(rows) - 10
 
 
 def _assert_columnar(path, per_line_calls, per_line=0, max_line_bytes=MAX_LINE_BYTES):
@@ -463,6 +536,7 @@ FRAGMENTS = [
     '"event_time": 1700000000000, ', '"x": 1, ', "9" * 19, '""', '"a,b"',
     "2024-01-01T00:00:00Z", "\ufeff", "\\n", "\\/", "\\\\", "\\u0000", "\\uDE00",
     "\\ud83d\\ude00", "\\ud800", "\\udc00", "\\u00", "\\x", '"k": "v", ',
+    "T", "Z", "+05:30", "-0800", ".123", "60", "29",
     '"k": 1.5e-3, ', '"k": {"a": 1}, ', '"k": 1e999, ', '"qu\\u0065ry": "e", ',
     '"count\\u0000": 1, ',
 ]  # fmt: skip
@@ -487,6 +561,24 @@ def _mutate(rng: random.Random, line: bytes) -> bytes:
     return line
 
 
+ISO_ZONES = [None, dt.UTC, dt.timezone(dt.timedelta(hours=5, minutes=30)),
+             dt.timezone(-dt.timedelta(hours=8))]  # fmt: skip
+
+
+def _iso_time(millis: int, i: int) -> bytes:
+    """Epoch `millis` as an ISO time in one of the ways logs write them."""
+    when = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=millis)
+    zone = ISO_ZONES[i % len(ISO_ZONES)]
+    when = when.astimezone(zone) if zone else when.replace(tzinfo=None)
+    if i % 3 == 0:
+        return when.isoformat().encode()
+    if i % 3 == 1:
+        return when.isoformat(" ", "microseconds").encode()
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3].encode() + (
+        b"Z" if zone is dt.UTC else when.strftime("%z").encode()
+    )
+
+
 def _fuzzed(rng: random.Random, good: list[bytes]) -> list[bytes]:
     return [_mutate(rng, g) if rng.random() < 0.6 else g for g in good]
 
@@ -507,6 +599,10 @@ def test_fuzzed_files_are_read_as_line_by_line(
     good_csv = (
         [b'"q%d",%d,"r%d",%d' % (i % 7, T + i, i, i % 3) for i in range(750)]
         + [b"q%d,%d,,%d" % (i % 7, T + i, i % 3) for i in range(750)]
+        + [
+            b"q%d,%s,,%d" % (i % 7, _iso_time(T + 7919 * i, i), i % 3)
+            for i in range(750)
+        ]
         + CSV_LINES
     )
     rng.shuffle(good_json)

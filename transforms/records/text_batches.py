@@ -38,9 +38,13 @@ escapes or other characters, and lone surrogates go to the per-line path.
 Eligible CSV rows: as many fields as the header has columns, each either
 without quotes or wholly quoted without quotes inside, no "\\r" or NUL, and,
 if it has quotes, shorter than `csv.field_size_limit()`.
-A row whose `event_time` is not a plain integer (`-?[0-9]{1,18}`, so no ISO
-time, sign, space or underscore that `int()` would also take), or whose
-`count` is neither that nor empty, is left to the per-line path. A file
+A row whose `event_time` is neither a plain integer (`-?[0-9]{1,18}`, so
+no sign, space or underscore that `int()` would also take) nor an ISO-8601
+time of the common form `iso_times.iso_millis` converts as the parser does
+(`2026-01-05T00:00:00.065+0000`, with "T" or a space, an optional fraction
+of up to 6 digits and an optional "Z", "+HH:MM" or "+HHMM" zone, no
+surrounding spaces), or whose `count` is neither a plain integer nor
+empty, is left to the per-line path. A file
 whose header is bad, names no `query` or `event_time` column, or has more
 than `_MAX_CSV_COLUMNS` columns is read line by line.
 """
@@ -62,6 +66,7 @@ import pyarrow.json as pa_json
 from apache_beam.io import fileio
 
 from transforms.records.file_reader import CsvHeader, FileReader
+from transforms.records.iso_times import iso_millis
 from transforms.records.line_blocks import LineBlock, line_blocks
 from transforms.records.parse import parse_search_query
 from transforms.records.readers import read_file
@@ -290,8 +295,9 @@ class _Csv:
 
     def parse(self, lines: pa.Buffer) -> pa.RecordBatch:
         """The eligible rows (joined by newlines) as columns of `_FIELDS`; a
-        row whose time or count is not a plain integer gets no event time,
-        so that `screen` leaves it to the per-line path."""
+        row whose time is neither a plain integer nor an ISO time of
+        `iso_millis`' form, or whose count is not a plain integer, gets no
+        event time, so that `screen` leaves it to the per-line path."""
         wanted = self._wanted
         table = pa_csv.read_csv(
             pa.BufferReader(lines),
@@ -313,14 +319,13 @@ class _Csv:
         # No count column reads as empty counts: unset, as in the parser.
         count = text.get("count", pa.nulls(rows, pa.string()).fill_null(""))
         count_plain = pc.match_substring_regex(count, _PLAIN_INT)
-        event_time = text["event_time"]
-        plain = pc.and_(
-            pc.match_substring_regex(event_time, _PLAIN_INT),
-            pc.or_(pc.equal(count, ""), count_plain),
-        )
         columns = {
             "query": text["query"],
-            "event_time": pc.if_else(plain, event_time, None).cast(pa.int64()),
+            "event_time": pc.if_else(
+                pc.or_(pc.equal(count, ""), count_plain),
+                _event_millis(text["event_time"]),
+                None,
+            ),
             "count": pc.if_else(count_plain, count, None).cast(pa.int64()),
             "record_id": text.get("record_id", pa.nulls(rows, pa.string())),
         }
@@ -328,6 +333,14 @@ class _Csv:
 
     def judge(self, reader: FileReader, line_no: int, line: bytes, length: int) -> Any:
         return reader.csv_record(self._header, line, length, line_no)
+
+
+def _event_millis(times: pa.Array) -> pa.Array:
+    """CSV event times as epoch ms: plain integers as written, ISO times of
+    `iso_millis`' form converted, null for any other."""
+    plain = pc.match_substring_regex(times, _PLAIN_INT)
+    integers = pc.if_else(plain, times, None).cast(pa.int64())
+    return pc.coalesce(integers, iso_millis(times))
 
 
 class ReadSearchTextFile(beam.DoFn):
