@@ -32,8 +32,7 @@ columnar reader, the per-line reader, and Arrow's own CSV or JSON reader
 (which validates nothing) as the baseline. So is a JSON Lines copy as
 exported logs often are (`jsonl-esc`): queries with a non-ASCII word,
 which `json.dumps` writes as "\\u" escapes, and a key a search does not
-have; and a CSV copy with ISO-8601 event times (`csv-iso`), every row of
-which the columnar reader hands to the per-line parser.
+have; and a CSV copy with ISO-8601 event times (`csv-iso`).
 """
 
 import argparse
@@ -217,8 +216,8 @@ def write_text_copies(source: pathlib.Path) -> dict[str, tuple[str, pathlib.Path
     each copy's format and path. `jsonl-esc` is JSON Lines as exported logs
     often are: non-ASCII queries, which `json.dumps` writes as "\\u" escapes
     by default, and a key that is not a search's. `csv-iso` has ISO-8601
-    event times, which only the per-line parser reads: the columnar
-    reader's worst case, every row handed to it."""
+    event times (`2026-01-05T00:00:00.065+0000`), which the columnar reader
+    converts in Arrow."""
     table = pq.read_table(source)
     copies = {
         "csv": ("csv", source.with_suffix(".csv")),
