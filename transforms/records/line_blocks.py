@@ -40,10 +40,6 @@ class LineBlock:
     def __len__(self) -> int:
         return len(self.numbers)
 
-    def line(self, i: int) -> tuple[int, bytes, int]:
-        """Line `i` of the block as `FileReader.lines` yields it."""
-        return int(self.numbers[i]), self.lines[i].as_py(), int(self.lengths[i])
-
     def lines_at(self, indices: np.ndarray) -> Iterator[tuple[int, bytes, int]]:
         """The lines at `indices`, as `FileReader.lines` yields them; taken
         together, since Arrow's per-item access costs microseconds a line."""

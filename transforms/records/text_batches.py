@@ -171,8 +171,8 @@ def _csv_header(
     """`FileReader.csv_header` of the first line of `blocks`, and the
     blocks of the lines after it."""
     first = next(blocks, None)
-    header_line = [] if first is None else [first.line(0)]
-    header = yield from reader.csv_header(iter(header_line))
+    header_line = iter(()) if first is None else first.lines_at(np.arange(1))
+    header = yield from reader.csv_header(header_line)
     if first is None or len(first) == 1:
         return header, blocks
     return header, itertools.chain([first.sliced(1)], blocks)
