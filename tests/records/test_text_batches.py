@@ -493,7 +493,7 @@ def test_lines_not_utf8_alone_take_the_per_line_path(tmp_path, per_line_calls):
 
 
 def test_a_block_arrow_refuses_is_read_line_by_line(tmp_path, monkeypatch):
-    def refuse(self, lines):
+    def refuse(self, *args):
         raise pa.ArrowInvalid("refused")
 
     monkeypatch.setattr(text_batches._JsonLines, "parse", refuse)
