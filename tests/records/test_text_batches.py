@@ -376,6 +376,73 @@ def _assert_columnar(path, per_line_calls, per_line=0, max_line_bytes=MAX_LINE_B
     return _assert_same(path, "jsonl", max_line_bytes)
 
 
+# JSON event times, as written in a line, that the column reads: ISO times
+# of `iso_millis`' form, escaped or not, and the text of an integer, which
+# the parser reads as that integer.
+JSON_TIMES = [
+    *(json.dumps(time) for time in ISO_TIMES),
+    '"2026-01-05T00:00:00.065+00:00"',
+    '"\\u0032024-01-01T00:00:00\\u005a"',
+    '"2024-01-01\\u005400:00:00.5+05:30"',
+    '"1700000000000"',
+    '"01700000000000"',
+]
+# JSON event times the column leaves to the per-line path: strings it does
+# not convert (Python reads some, refuses others) or converts to a time out
+# of range, and values that are neither integers nor strings.
+JSON_TIMES_PER_LINE = [
+    *(json.dumps(time) for time in ISO_TIMES_PER_LINE),
+    '""', '" 1700000000000"', '"1700000000000 "', '"+1700000000000"', '"123"',
+    '"-0"', '"1_700_000_000_000"', '"1234567890123456789012"',
+    '"\\u0661\\u0667\\u0660\\u0660\\u0660\\u0660\\u0660\\u0660\\u0660"',
+    '"2024-01-01T00:00:00Z\\n"', '"2024-01-01T00:00:00\\u0000"',
+    '"\\ud800"', '"2024-01-01T00:00:00Z\\udc00"', '"2024-01-01T00:00:00\\x5a"',
+    '"2024-01-01T00:00:00Z", "event_time": 1700000000000',
+    '1700000000000, "event_time": "2024-01-01T00:00:00Z"',
+    '"2024-01-01T00:00:00Z", "event_time": "2024-01-02T00:00:00Z"',
+    "1.7e12", "1700000000000.0", "true", "null", '["2024-01-01T00:00:00Z"]',
+]  # fmt: skip
+
+
+def _time_jsonl(times: list[str], count: int) -> list[bytes]:
+    """`count` lines with the JSON event `times` in turn, spaced and
+    ordered in different ways."""
+    forms = [
+        '{{"query": "q{i}", "event_time": {time}, "count": 1, "record_id": "r{i}"}}',
+        '{{"event_time":{time},"query":"q{i}"}}',
+        '\t{{ "ua" : "x" , "query" : "q{i}" ,"event_time" :\t{time} , "n": 1.5 }} ',
+    ]
+    return [
+        forms[i % len(forms)].format(i=i % 7, time=times[i % len(times)]).encode()
+        for i in range(count)
+    ]
+
+
+def test_string_times_in_json_take_the_columnar_path(tmp_path, per_line_calls):
+    lines = _time_jsonl(JSON_TIMES, 400)
+    lines[::4] = [_good_jsonl(i) for i in range(100)]  # integer times among them
+    path = _write(tmp_path / "t.jsonl", lines)
+    searches, _, _ = _assert_columnar(path, per_line_calls)
+    assert len(searches) == len(lines)
+    times = Counter(search[1] for search in searches)
+    # 2026-01-05T00:00:00.065Z, 2024-01-01T00:00:00Z, and the integer's text.
+    assert min(times[1767571200065], times[1704067200000], times[T]) > 10
+
+
+def test_string_times_in_json_the_column_does_not_clear_take_the_per_line_path(
+    tmp_path, per_line_calls
+):
+    count = len(JSON_TIMES_PER_LINE)
+    # Each odd line between one with an ISO time and one with an integer
+    # time, so that a line read by the wrong path changes the outputs.
+    lines = _time_jsonl(JSON_TIMES, 3 * count)
+    lines[1::3] = _time_jsonl(JSON_TIMES_PER_LINE, count)
+    lines[2::3] = [_good_jsonl(i) for i in range(count)]
+    path = _write(tmp_path / "t.jsonl", lines)
+    searches, dead, _ = _assert_columnar(path, per_line_calls, per_line=count)
+    assert len(dead) == 22 and len(searches) == len(lines) - 22
+
+
 ESCAPES = [b'\\"', b"\\\\", b"\\/", b"\\b", b"\\f", b"\\n", b"\\r", b"\\t",
            b"\\u0000", b"\\u001f", b"\\u00e9", b"\\u00E9", b"\\u00Ea", b"\\uffff",
            b"\\ud7ff\\ue000", b"\\ud83d\\ude00", b"\\uD83D\\uDE00",
@@ -493,7 +560,7 @@ def test_lines_not_utf8_alone_take_the_per_line_path(tmp_path, per_line_calls):
 
 
 def test_a_block_arrow_refuses_is_read_line_by_line(tmp_path, monkeypatch):
-    def refuse(self, lines):
+    def refuse(self, *args):
         raise pa.ArrowInvalid("refused")
 
     monkeypatch.setattr(text_batches._JsonLines, "parse", refuse)
@@ -596,6 +663,10 @@ def test_fuzzed_files_are_read_as_line_by_line(
     monkeypatch.setattr("transforms.records.lines.CHUNK_BYTES", chunk_bytes)
     good_json = [_good_jsonl(i) for i in range(1000)] + JSONL_LINES
     good_json += [_escaped_jsonl(i) for i in range(500)]
+    good_json += [
+        _json(query=f"q{i % 7}", event_time=_iso_time(T + 7919 * i, i).decode())
+        for i in range(500)
+    ] + [_json(query=f"q{i % 7}", event_time=str(T + i)) for i in range(100)]
     good_csv = (
         [b'"q%d",%d,"r%d",%d' % (i % 7, T + i, i, i % 3) for i in range(750)]
         + [b"q%d,%d,,%d" % (i % 7, T + i, i % 3) for i in range(750)]

@@ -15,10 +15,11 @@ number. So the valid searches, dead letters and counters are exactly those of
 
 Eligible JSON Lines: one flat object of one or more members, spaces and
 tabs its only whitespace. Its members are
-- the search keys `query`, `record_id` (each a string or null) and
-  `event_time`, `count` (each an integer of at most 18 digits, or null),
-  their names written without escapes, each at most once (Python keeps the
-  last of a repeated key, Arrow refuses the block);
+- the search keys `query`, `record_id` (each a string or null), `count`
+  (an integer of at most 18 digits, or null) and `event_time` (such an
+  integer, a string, or null), their names written without escapes, each
+  at most once (Python keeps the last of a repeated key, Arrow refuses the
+  block);
 - and other keys, which both readers ignore, named by one or more of
   `[A-Za-z0-9_]` (so that no escape can spell a search key), each with a
   string, true, false, null, or a number of at most 18 integer digits and
@@ -34,6 +35,12 @@ escape as Python does ("\\u0000" too), and `screen` judges the decoded
 string (a query blank once decoded goes to the per-line path). So floats
 and big integers as search values, NaN, nested values, keys named with
 escapes or other characters, and lone surrogates go to the per-line path.
+An event time written as a string is judged, once decoded, as a CSV one is
+(below): a plain integer or an ISO time of `iso_millis`' form is read
+columnar, any other string ("", "+1700000000000", " 1700000000000",
+"2026-W02-1", "2026-01-05T00:00:00+05", ...) goes to the per-line path.
+Arrow reads a column of one type, so the lines whose event time is a
+string are read in a call of their own, with that column as text.
 
 Eligible CSV rows: as many fields as the header has columns, each either
 without quotes or wholly quoted without quotes inside, no "\\r" or NUL, and,
@@ -80,6 +87,15 @@ _RECORD_TYPE = SearchQuery.DESCRIPTOR.name
 _FIELDS = SEARCH_SCHEMA.names
 # What both formats parse into, for `screen`: `SEARCH_SCHEMA`, nulls allowed.
 _READ_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in SEARCH_SCHEMA])
+# JSON lines whose event time is a string are read with this schema, apart
+# from the others: Arrow refuses a number in a string column.
+_STRING_TIME_SCHEMA = _READ_SCHEMA.set(
+    _READ_SCHEMA.get_field_index("event_time"), pa.field("event_time", pa.string())
+)
+# What `_JsonLines.eligible` says of a line: not eligible, or eligible and
+# read with `_READ_SCHEMA` (an integer, null or no event time) or with
+# `_STRING_TIME_SCHEMA` (a string event time).
+_NOT_ELIGIBLE, _INTEGER_TIME, _STRING_TIME = 0, 1, 2
 
 _SPACE = "[ \\t]*"
 _HEX = "[0-9A-Fa-f]"
@@ -117,14 +133,15 @@ def _names_other_than(words: set[str], empty: bool = False) -> str:
     return either + "?" if empty else either
 
 
-def _json_object_pattern() -> str:
+def _json_object_pattern(event_time: str) -> str:
     """A flat object of search keys, with values of their `_JSON_VALUES`
-    form or null, and other keys, named plainly, with scalar values."""
+    form (`event_time`'s given) or null, and other keys, named plainly,
+    with scalar values."""
     scalar = f"(?:{_JSON_STRING}|{_JSON_NUMBER}|true|false|null)"
     other = f'"{_names_other_than(set(_JSON_VALUES))}"{_SPACE}:{_SPACE}{scalar}'
+    values = {**_JSON_VALUES, "event_time": event_time}
     members = [
-        f'"{key}"{_SPACE}:{_SPACE}(?:{value}|null)'
-        for key, value in _JSON_VALUES.items()
+        f'"{key}"{_SPACE}:{_SPACE}(?:{value}|null)' for key, value in values.items()
     ]
     member = f"(?:{'|'.join([*members, other])})"
     return (
@@ -143,7 +160,8 @@ def _repeated_key_pattern() -> str:
     return "|".join(f"{key}.*{key}" for key in keys)
 
 
-_JSON_OBJECT = _json_object_pattern()
+_JSON_OBJECT = _json_object_pattern(_JSON_VALUES["event_time"])
+_JSON_OBJECT_STRING_TIME = _json_object_pattern(_JSON_STRING)
 # Python keeps the last of a repeated key, where Arrow refuses the block.
 _REPEATED_KEY = _repeated_key_pattern()
 
@@ -183,11 +201,14 @@ def _read_block(
 ) -> Iterator[Any]:
     """One block's dead letters, then its valid searches as one table."""
     texts, readable = _texts(block, reader.max_line_bytes)
-    eligible = np.flatnonzero(readable & text_format.eligible(texts))
+    # Each line's kind: not eligible (0), or how the format is to read it
+    # (JSON Lines has two, `_INTEGER_TIME` and `_STRING_TIME`; CSV one).
+    kinds = np.where(readable, text_format.eligible(texts), _NOT_ELIGIBLE)
+    eligible = np.flatnonzero(kinds)
     batch = pa.RecordBatch.from_pylist([], schema=_READ_SCHEMA)
     try:
         if len(eligible):
-            batch = text_format.parse(_joined_lines(texts.take(eligible)))
+            batch = text_format.parse(texts.take(eligible), kinds[eligible])
     except pa.ArrowInvalid:
         # The rules admit only lines Arrow reads; should Arrow still refuse
         # one, the block is read line by line rather than lost to the file's
@@ -248,23 +269,51 @@ class _JsonLines:
     """JSON Lines: which lines Arrow reads as Python would, and reading them."""
 
     def eligible(self, texts: pa.Array) -> np.ndarray:
-        return _matches(texts, _JSON_OBJECT) & ~_matches(texts, _REPEATED_KEY)
+        """Each line's `_INTEGER_TIME`, `_STRING_TIME` or `_NOT_ELIGIBLE`."""
+        kinds = np.where(_matches(texts, _JSON_OBJECT), _INTEGER_TIME, _NOT_ELIGIBLE)
+        # Only the lines the common pattern refused are tried for a string
+        # time, so that files of integer times pay nothing for it.
+        rest = np.flatnonzero(kinds == _NOT_ELIGIBLE)
+        string_time = _matches(texts.take(rest), _JSON_OBJECT_STRING_TIME)
+        kinds[rest[string_time]] = _STRING_TIME
+        kinds[_matches(texts, _REPEATED_KEY)] = _NOT_ELIGIBLE
+        return kinds
 
-    def parse(self, lines: pa.Buffer) -> pa.RecordBatch:
-        """The eligible lines (joined by newlines) as columns of `_FIELDS`."""
-        table = pa_json.read_json(
-            pa.BufferReader(lines),
-            read_options=pa_json.ReadOptions(
-                use_threads=False, block_size=lines.size + 1
-            ),
-            parse_options=pa_json.ParseOptions(
-                explicit_schema=_READ_SCHEMA, unexpected_field_behavior="ignore"
-            ),
-        )
-        return table.combine_chunks().to_batches()[0]
+    def parse(self, texts: pa.Array, kinds: np.ndarray) -> pa.RecordBatch:
+        """The eligible lines `texts` (of `kinds`) as columns of `_FIELDS`,
+        in their order: those with integer and with string times read
+        apart, each kind in one call."""
+        string_time = kinds == _STRING_TIME
+        if string_time.all() or not string_time.any():
+            return _read_json(texts, bool(string_time[0]))
+        rows = [np.flatnonzero(~string_time), np.flatnonzero(string_time)]
+        batches = [_read_json(texts.take(rows[0]), False)]
+        batches.append(_read_json(texts.take(rows[1]), True))
+        return pa.concat_batches(batches).take(np.argsort(np.concatenate(rows)))
 
     def judge(self, reader: FileReader, line_no: int, line: bytes, length: int) -> Any:
         return reader.jsonl_record(line, length, line_no)
+
+
+def _read_json(texts: pa.Array, string_time: bool) -> pa.RecordBatch:
+    """JSON lines as columns of `_READ_SCHEMA`, other keys ignored; if their
+    event times are strings (`string_time`), read as such and converted as
+    CSV's are (`_event_millis`)."""
+    lines = _joined_lines(texts)
+    table = pa_json.read_json(
+        pa.BufferReader(lines),
+        read_options=pa_json.ReadOptions(use_threads=False, block_size=lines.size + 1),
+        parse_options=pa_json.ParseOptions(
+            explicit_schema=_STRING_TIME_SCHEMA if string_time else _READ_SCHEMA,
+            unexpected_field_behavior="ignore",
+        ),
+    )
+    batch = table.combine_chunks().to_batches()[0]
+    if not string_time:
+        return batch
+    at = batch.schema.get_field_index("event_time")
+    millis = _event_millis(batch.column(at))
+    return batch.set_column(at, pa.field("event_time", pa.int64()), millis)
 
 
 class _Csv:
@@ -293,12 +342,13 @@ class _Csv:
         fits = pc.or_(unquoted, short).to_numpy(zero_copy_only=False)
         return _matches(texts, self._row) & fits
 
-    def parse(self, lines: pa.Buffer) -> pa.RecordBatch:
-        """The eligible rows (joined by newlines) as columns of `_FIELDS`; a
-        row whose time is neither a plain integer nor an ISO time of
-        `iso_millis`' form, or whose count is not a plain integer, gets no
-        event time, so that `screen` leaves it to the per-line path."""
+    def parse(self, texts: pa.Array, kinds: np.ndarray) -> pa.RecordBatch:
+        """The eligible rows `texts` (all of one kind) as columns of
+        `_FIELDS`; a row whose time is neither a plain integer nor an ISO
+        time of `iso_millis`' form, or whose count is not a plain integer,
+        gets no event time, so that `screen` leaves it to the per-line path."""
         wanted = self._wanted
+        lines = _joined_lines(texts)
         table = pa_csv.read_csv(
             pa.BufferReader(lines),
             read_options=pa_csv.ReadOptions(
@@ -336,8 +386,10 @@ class _Csv:
 
 
 def _event_millis(times: pa.Array) -> pa.Array:
-    """CSV event times as epoch ms: plain integers as written, ISO times of
-    `iso_millis`' form converted, null for any other."""
+    """Event times written as text (CSV fields, JSON strings) as epoch ms:
+    plain integers as written (the parser reads the text of an integer as
+    that integer), ISO times of `iso_millis`' form converted, null for any
+    other."""
     plain = pc.match_substring_regex(times, _PLAIN_INT)
     integers = pc.if_else(plain, times, None).cast(pa.int64())
     return pc.coalesce(integers, iso_millis(times))
