@@ -32,7 +32,8 @@ columnar reader, the per-line reader, and Arrow's own CSV or JSON reader
 (which validates nothing) as the baseline. So is a JSON Lines copy as
 exported logs often are (`jsonl-esc`): queries with a non-ASCII word,
 which `json.dumps` writes as "\\u" escapes, and a key a search does not
-have; and a CSV copy with ISO-8601 event times (`csv-iso`).
+have; and a CSV and a JSON Lines copy with ISO-8601 event times (`csv-iso`,
+`jsonl-iso`).
 """
 
 import argparse
@@ -215,15 +216,16 @@ def write_text_copies(source: pathlib.Path) -> dict[str, tuple[str, pathlib.Path
     """The Parquet file's rows as CSV and as JSON Lines, beside it, by label:
     each copy's format and path. `jsonl-esc` is JSON Lines as exported logs
     often are: non-ASCII queries, which `json.dumps` writes as "\\u" escapes
-    by default, and a key that is not a search's. `csv-iso` has ISO-8601
-    event times (`2026-01-05T00:00:00.065+0000`), which the columnar reader
-    converts in Arrow."""
+    by default, and a key that is not a search's. `csv-iso` and `jsonl-iso`
+    have ISO-8601 event times (`2026-01-05T00:00:00.065+0000`, in JSON a
+    string), which the columnar reader converts in Arrow."""
     table = pq.read_table(source)
     copies = {
         "csv": ("csv", source.with_suffix(".csv")),
         "csv-iso": ("csv", source.with_name(source.stem + "-iso.csv")),
         "jsonl": ("jsonl", source.with_suffix(".jsonl")),
         "jsonl-esc": ("jsonl", source.with_name(source.stem + "-esc.jsonl")),
+        "jsonl-iso": ("jsonl", source.with_name(source.stem + "-iso.jsonl")),
     }
     pa_csv.write_csv(table, copies["csv"][1])
     instants = pc.cast(table.column("event_time"), pa.timestamp("ms", tz="UTC"))
@@ -240,6 +242,9 @@ def write_text_copies(source: pathlib.Path) -> dict[str, tuple[str, pathlib.Path
         for row in rows:
             exported = {**row, "query": f"{row['query']} café", "client": "web"}
             lines.write(json.dumps(exported) + "\n")
+    with open(copies["jsonl-iso"][1], "w", encoding="utf-8") as lines:
+        for row in iso_table.to_pylist():
+            lines.write(json.dumps(row) + "\n")
     return copies
 
 
