@@ -21,7 +21,6 @@ window never sees the window.
 import dataclasses
 import functools
 import math
-import statistics
 from typing import NamedTuple
 
 from transforms.records.zeitgeist_pb2 import ModelState
@@ -160,7 +159,7 @@ def fold(
     actual: int,
 ) -> Folded:
     """Fold the window's count into `state`; return the prediction it had."""
-    # One lookup of the memories per window: the cache hashes `params`.
+    # One lookup of the memories per window.
     memories = _memories(params, window_ms)
     history = state.history
     _forget_skipped(state, memories, window_start, window_ms)
@@ -344,10 +343,35 @@ class _Memory:
         return f"{self.name}_offset"
 
 
-# Cached: asked for several times per window, and the same for every query.
-@functools.cache
+class _MemoriesAt(NamedTuple):
+    """`_memories`' answer for one params object and window size."""
+
+    params: ModelParams | None
+    window_ms: int
+    memories: tuple[_Memory, ...]
+
+
+# The last answer of `_memories`, matched by identity: a series is folded
+# with one params object, and hashing that dataclass per window cost more
+# than the rest of the lookup. One tuple, so a thread sees an entry whole.
+_last_memories = _MemoriesAt(None, 0, ())
+
+
 def _memories(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
     """The seasonal memories tried at this window size, daily first."""
+    global _last_memories
+    last = _last_memories
+    if last.params is params and last.window_ms == window_ms:
+        return last.memories
+    memories = _memories_of(params, window_ms)
+    _last_memories = _MemoriesAt(params, window_ms, memories)
+    return memories
+
+
+# Cached: the same for every query.
+@functools.cache
+def _memories_of(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
+    """`_memories`, made."""
     memories = []
     season_ms = SEASON_MS[params.seasonality]
     periods = params.seasonal_periods
@@ -395,8 +419,18 @@ def _seasonal_roots(
                 known.append(past)
         if len(known) >= memory.min_known:
             offset = getattr(state, memory.offset_field)
-            roots[memory.name] = statistics.median(known) + offset
+            roots[memory.name] = _median(known) + offset
     return roots
+
+
+def _median(values: list[float]) -> float:
+    """`statistics.median`, with its arithmetic, of a slot's few values
+    (sorted in place): the library's generality cost more than the sort."""
+    values.sort()
+    half = len(values) // 2
+    if len(values) % 2:
+        return values[half]
+    return (values[half - 1] + values[half]) / 2
 
 
 def _remember(
