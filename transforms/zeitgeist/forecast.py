@@ -40,7 +40,8 @@ WEEKLY_MIN_KNOWN = 2
 
 def root(count: float) -> float:
     """Anscombe's transform of a count."""
-    return 2.0 * math.sqrt(max(count, 0.0) + 0.375)
+    # `max(count, 0.0)`, without a builtin call: roots are taken per window.
+    return 2.0 * math.sqrt((0.0 if count < 0.0 else count) + 0.375)
 
 
 def unroot(value: float) -> float:
@@ -148,7 +149,9 @@ def _predict(
 def _sigma(spread: float) -> float:
     """A predictor's spread of noise on the root scale, from its learned
     spread (a mean absolute residual)."""
-    return max(MAD_TO_SIGMA * spread, MIN_SPREAD)
+    sigma = MAD_TO_SIGMA * spread
+    # `max(sigma, MIN_SPREAD)`, without a builtin call: several per window.
+    return MIN_SPREAD if sigma < MIN_SPREAD else sigma
 
 
 def fold(
@@ -253,8 +256,10 @@ def _learn_spread(
     """Update one predictor's spread and error; return the clipped residual."""
     spread = getattr(state, fields.spread)
     error = getattr(state, fields.error)
-    limit = params.clip_sigma * max(MAD_TO_SIGMA * spread, MIN_SPREAD)
-    clipped = max(-limit, min(limit, residual))
+    limit = params.clip_sigma * _sigma(spread)
+    # `max(-limit, min(limit, residual))`, without two builtin calls.
+    clipped = residual if residual < limit else limit
+    clipped = clipped if clipped > -limit else -limit
     setattr(state, fields.spread, spread + rate * (abs(clipped) - spread))
     setattr(state, fields.error, error + params.error_alpha * (abs(residual) - error))
     return clipped
