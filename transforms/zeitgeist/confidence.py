@@ -78,23 +78,30 @@ def update_confidence(
     z = clipped
     if params.far_surprise:
         z = _clip(z, _surprise_clip(state, deviation, params))
-    spike = max(state.spike + z - slack, 0.0)
-    dip = max(state.dip - z - slack, 0.0)
+    # Floors, drains and maxima here are conditionals, not max/min calls:
+    # the same comparisons (so the same values, signed zeros and NaNs
+    # included) without a builtin call each, on every window.
+    spike = state.spike + z - slack
+    spike = 0.0 if spike < 0.0 else spike
+    dip = state.dip - z - slack
+    dip = 0.0 if dip < 0.0 else dip
     if expected < params.min_expected_for_spike:
         spike = 0.0
     if expected < params.min_expected_for_dip:
         dip = 0.0
     # A window back to normal drains what an episode accumulated, so that
     # the episode can close and its tail is not an episode of its own.
-    if z <= slack:
-        spike = min(spike, threshold / 2)
-    if -z <= slack:
-        dip = min(dip, threshold / 2)
-    raw = max(spike, dip)
+    drained = threshold / 2
+    if z <= slack and drained < spike:
+        spike = drained
+    if -z <= slack and drained < dip:
+        dip = drained
+    raw = dip if dip > spike else spike
     mean = state.evidence_mean
     evidence = raw / (1.0 + params.burst_tolerance * mean)
     rate = 1.0 / params.evidence_memory_windows
-    capped = min(raw, MEAN_CAP_THRESHOLDS * threshold)
+    cap = MEAN_CAP_THRESHOLDS * threshold
+    capped = cap if cap < raw else raw
     state.evidence_mean = mean + rate * (capped - mean)
     if update.new_normal:
         state.spike = state.dip = 0.0
@@ -176,7 +183,9 @@ def _beyond_extremes(
         state.value_high = state.value_low = actual
         return None
     high, low = state.value_high, state.value_low
-    state.value_high, state.value_low = max(high, actual), min(low, actual)
+    # max(high, actual) and min(low, actual), without builtin calls.
+    state.value_high = actual if actual > high else high
+    state.value_low = actual if actual < low else low
     if warming_up:
         return None
     expected = update.expected
@@ -210,13 +219,16 @@ def _far_out(
     deviation = _least_deviation(update)
     size = abs(deviation)
     record = state.deviation_record
-    level = max(params.lone_sigma, params.lone_ratio * record)
+    # max(lone_sigma, lone_ratio * record), without a builtin call.
+    level = params.lone_ratio * record
+    level = level if level > params.lone_sigma else params.lone_sigma
     side_ok = update.expected >= (
         params.min_expected_for_spike if deviation > 0 else params.min_expected_for_dip
     )
     window_ms = update.window_end - update.window_start
     decay = 0.5 ** (window_ms / (params.lone_half_life_hours * HOUR_MS))
-    state.deviation_record = max(size, decay * record)
+    decayed = decay * record
+    state.deviation_record = decayed if decayed > size else size
     if not side_ok or warming_up:
         return 0.0
     return size / level

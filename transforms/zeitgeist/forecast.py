@@ -46,7 +46,8 @@ def root(count: float) -> float:
 
 def unroot(value: float) -> float:
     """The count whose root is `value` (0 below the root of 0)."""
-    return max((value / 2.0) ** 2 - 0.375, 0.0)
+    count = (value / 2.0) ** 2 - 0.375
+    return 0.0 if count < 0.0 else count  # max(count, 0.0), without a call
 
 
 class Prediction(NamedTuple):
