@@ -116,9 +116,7 @@ def predict(
     if state.history == 0:
         return Prediction(expected=0.0, stddev=1.0, history=0)
     memories = _memories(params, window_ms)
-    return _predict(
-        state, params, _seasonal_roots(state, params, memories, window_start)
-    )
+    return _predict(state, params, _seasonal_roots(state, memories, window_start))
 
 
 def _predict(
@@ -175,7 +173,7 @@ def fold(
     else:
         # Learning moves no memory before it reads them: one lookup serves
         # the prediction and the update.
-        seasonal = _seasonal_roots(state, params, memories, window_start)
+        seasonal = _seasonal_roots(state, memories, window_start)
         prediction = _predict(state, params, seasonal)
         new_normal = _update(state, params, prediction, seasonal, value)
     _remember(state, memories, window_start, window_ms, value)
@@ -275,9 +273,7 @@ def predictor_in_use(
     if state.history == 0:
         return "level"
     memories = _memories(params, window_ms)
-    return _chosen(
-        state, params, _seasonal_roots(state, params, memories, window_start)
-    )
+    return _chosen(state, params, _seasonal_roots(state, memories, window_start))
 
 
 def _chosen(state: ModelState, params: ModelParams, seasonal: dict[str, float]) -> str:
@@ -342,10 +338,12 @@ class _Memory:
 
     @functools.cached_property
     def roots_field(self) -> str:
+        """Its ring's field in `ModelState`."""
         return f"{self.name}_roots"
 
     @functools.cached_property
     def offset_field(self) -> str:
+        """Its offset's field in `ModelState`."""
         return f"{self.name}_offset"
 
 
@@ -377,7 +375,7 @@ def _memories(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
 # Cached: the same for every query.
 @functools.cache
 def _memories_of(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
-    """`_memories`, made."""
+    """`_memories`, looked up by value."""
     memories = []
     season_ms = SEASON_MS[params.seasonality]
     periods = params.seasonal_periods
@@ -404,10 +402,7 @@ def _memories_of(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
 
 
 def _seasonal_roots(
-    state: ModelState,
-    params: ModelParams,
-    memories: tuple[_Memory, ...],
-    window_start: int,
+    state: ModelState, memories: tuple[_Memory, ...], window_start: int
 ) -> dict[str, float]:
     """Each seasonal predictor's root for the window, by name, where known:
     the median of the slot's roots over the remembered seasons, plus offset."""
