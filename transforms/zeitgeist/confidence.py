@@ -39,8 +39,8 @@ server's request count at its all-time high, 4.4 spreads out, where the
 CUSUM wants a second window): its deviation alone is not far out enough.
 """
 
-import dataclasses
 import math
+from typing import NamedTuple
 
 from transforms.records.zeitgeist_pb2 import DetectorState, ModelUpdate
 from transforms.zeitgeist.params import DetectorParams
@@ -51,9 +51,11 @@ MEAN_CAP_THRESHOLDS = 3.0
 HOUR_MS = 3_600_000
 
 
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    """One window's evidence (normalised), score, and direction if abnormal."""
+class Verdict(NamedTuple):
+    """One window's evidence (normalised), score, and direction if abnormal.
+
+    A named tuple rather than a frozen dataclass: one is built per window.
+    """
 
     evidence: float
     score: float
@@ -66,49 +68,71 @@ def update_confidence(
     """Fold one window's deviation into `state` (in place); judge the window."""
     if update.history < params.min_history_windows:
         return Verdict(0.0, 0.0, None)
+    # Each field read once: a protobuf field read costs a lookup by name.
+    deviation = update.deviation
+    expected = update.expected
+    threshold = params.threshold
+    slack = params.slack_sigma
     limit = params.max_deviation_sigma
-    clipped = max(-limit, min(limit, update.deviation))
+    clipped = _clip(deviation, limit)
     z = clipped
     if params.far_surprise:
-        clip = _surprise_clip(state, update.deviation, params)
-        z = max(-clip, min(clip, z))
-    spike = max(state.spike + z - params.slack_sigma, 0.0)
-    dip = max(state.dip - z - params.slack_sigma, 0.0)
-    if update.expected < params.min_expected_for_spike:
+        z = _clip(z, _surprise_clip(state, deviation, params))
+    # Floors, drains and maxima here are conditionals, not max/min calls:
+    # the same comparisons (so the same values, signed zeros and NaNs
+    # included) without a builtin call each, on every window.
+    spike = state.spike + z - slack
+    spike = 0.0 if spike < 0.0 else spike
+    dip = state.dip - z - slack
+    dip = 0.0 if dip < 0.0 else dip
+    if expected < params.min_expected_for_spike:
         spike = 0.0
-    if update.expected < params.min_expected_for_dip:
+    if expected < params.min_expected_for_dip:
         dip = 0.0
     # A window back to normal drains what an episode accumulated, so that
     # the episode can close and its tail is not an episode of its own.
-    if z <= params.slack_sigma:
-        spike = min(spike, params.threshold / 2)
-    if -z <= params.slack_sigma:
-        dip = min(dip, params.threshold / 2)
-    raw = max(spike, dip)
-    evidence = raw / (1.0 + params.burst_tolerance * state.evidence_mean)
+    drained = threshold / 2
+    if z <= slack and drained < spike:
+        spike = drained
+    if -z <= slack and drained < dip:
+        dip = drained
+    raw = dip if dip > spike else spike
+    mean = state.evidence_mean
+    evidence = raw / (1.0 + params.burst_tolerance * mean)
     rate = 1.0 / params.evidence_memory_windows
-    capped = min(raw, MEAN_CAP_THRESHOLDS * params.threshold)
-    state.evidence_mean += rate * (capped - state.evidence_mean)
-    state.spike, state.dip = spike, dip
+    cap = MEAN_CAP_THRESHOLDS * threshold
+    capped = cap if cap < raw else raw
+    state.evidence_mean = mean + rate * (capped - mean)
     if update.new_normal:
         state.spike = state.dip = 0.0
+    else:
+        state.spike, state.dip = spike, dip
     kind = None
-    if evidence > params.threshold:
+    if evidence > threshold:
         kind = "SPIKE" if spike >= dip else "DIP"
-    score = evidence / (evidence + params.threshold)
+    score = evidence / (evidence + threshold)
+    # Both rules wait for the same warm-up: judged once per window.
+    warming_up = _warming_up(update, params)
     if params.lone_sigma:
-        far = _far_out(state, update, params)
+        far = _far_out(state, update, params, warming_up)
         if far > 1.0 and kind is None:
             kind = "SPIKE" if _least_deviation(update) > 0 else "DIP"
-            evidence = max(evidence, params.threshold * far)
-            score = max(score, evidence / (evidence + params.threshold))
+            evidence = max(evidence, threshold * far)
+            score = max(score, evidence / (evidence + threshold))
     if params.extreme_sigma:
-        side = _beyond_extremes(state, update, clipped, params)
+        side = _beyond_extremes(state, update, clipped, params, warming_up)
         if side is not None and kind is None:
             kind = side
-            evidence = max(evidence, params.threshold)
-            score = max(score, evidence / (evidence + params.threshold))
+            evidence = max(evidence, threshold)
+            score = max(score, evidence / (evidence + threshold))
     return Verdict(evidence, score, kind)
+
+
+def _clip(value: float, limit: float) -> float:
+    """`max(-limit, min(limit, value))` as conditionals: cheaper than two
+    builtin calls, and the CUSUM clips twice per window."""
+    value = value if value < limit else limit
+    return value if value > -limit else -limit
 
 
 def _surprise_clip(
@@ -136,7 +160,11 @@ def _surprise_clip(
 
 
 def _beyond_extremes(
-    state: DetectorState, update: ModelUpdate, z: float, params: DetectorParams
+    state: DetectorState,
+    update: ModelUpdate,
+    z: float,
+    params: DetectorParams,
+    warming_up: bool,
 ) -> str | None:
     """ "SPIKE" if the window's count is above every count the query has
     had and `z` (the clipped deviation) beats `extreme_sigma`; "DIP" if
@@ -146,30 +174,36 @@ def _beyond_extremes(
     Only on queries expected at least `extreme_min_expected` (at a few
     searches a new record is one search away, and Poisson's tail there is
     wider than the root scale's normal one), and once the detector has
-    judged the query for `lone_warmup_hours`: a young query's record is
-    no record. A state with no extremes yet (new, or written before the
-    fields) starts them at this window.
+    judged the query for `lone_warmup_hours` (not `warming_up`): a young
+    query's record is no record. A state with no extremes yet (new, or
+    written before the fields) starts them at this window.
     """
     actual = float(update.actual)
     if not state.HasField("value_high"):
         state.value_high = state.value_low = actual
         return None
     high, low = state.value_high, state.value_low
-    state.value_high, state.value_low = max(high, actual), min(low, actual)
-    if _warming_up(update, params):
+    # max(high, actual) and min(low, actual), without builtin calls.
+    state.value_high = actual if actual > high else high
+    state.value_low = actual if actual < low else low
+    if warming_up:
         return None
-    if update.expected < params.extreme_min_expected:
+    expected = update.expected
+    if expected < params.extreme_min_expected:
         return None
     sigma = params.extreme_sigma
-    if actual > high and z > sigma and update.expected >= params.min_expected_for_spike:
+    if actual > high and z > sigma and expected >= params.min_expected_for_spike:
         return "SPIKE"
-    if actual < low and -z > sigma and update.expected >= params.min_expected_for_dip:
+    if actual < low and -z > sigma and expected >= params.min_expected_for_dip:
         return "DIP"
     return None
 
 
 def _far_out(
-    state: DetectorState, update: ModelUpdate, params: DetectorParams
+    state: DetectorState,
+    update: ModelUpdate,
+    params: DetectorParams,
+    warming_up: bool,
 ) -> float:
     """How far the window's |deviation| is beyond the query's own far tail
     (a ratio, > 1 when it is beyond), and that tail updated (in place).
@@ -179,20 +213,23 @@ def _far_out(
     windows this far out keeps a high record and needs more; one whose
     past windows stayed close needs only `lone_sigma`. Judged before the
     window joins the tail, and only once the detector has judged the query
-    for `lone_warmup_hours`: a young model's tail is not yet known.
+    for `lone_warmup_hours` (not `warming_up`): a young model's tail is not
+    yet known.
     """
     deviation = _least_deviation(update)
     size = abs(deviation)
-    level = max(params.lone_sigma, params.lone_ratio * state.deviation_record)
-    side_ok = (
-        update.expected >= params.min_expected_for_spike
-        if deviation > 0
-        else update.expected >= params.min_expected_for_dip
+    record = state.deviation_record
+    # max(lone_sigma, lone_ratio * record), without a builtin call.
+    level = params.lone_ratio * record
+    level = level if level > params.lone_sigma else params.lone_sigma
+    side_ok = update.expected >= (
+        params.min_expected_for_spike if deviation > 0 else params.min_expected_for_dip
     )
     window_ms = update.window_end - update.window_start
     decay = 0.5 ** (window_ms / (params.lone_half_life_hours * HOUR_MS))
-    state.deviation_record = max(size, decay * state.deviation_record)
-    if not side_ok or _warming_up(update, params):
+    decayed = decay * record
+    state.deviation_record = decayed if decayed > size else size
+    if not side_ok or warming_up:
         return 0.0
     return size / level
 

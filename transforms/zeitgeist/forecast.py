@@ -21,7 +21,7 @@ window never sees the window.
 import dataclasses
 import functools
 import math
-import statistics
+from typing import NamedTuple
 
 from transforms.records.zeitgeist_pb2 import ModelState
 from transforms.zeitgeist.params import MINUTE_MS, SEASON_MS, WEEK_MS, ModelParams
@@ -40,17 +40,22 @@ WEEKLY_MIN_KNOWN = 2
 
 def root(count: float) -> float:
     """Anscombe's transform of a count."""
-    return 2.0 * math.sqrt(max(count, 0.0) + 0.375)
+    # `max(count, 0.0)`, without a builtin call: roots are taken per window.
+    return 2.0 * math.sqrt((0.0 if count < 0.0 else count) + 0.375)
 
 
 def unroot(value: float) -> float:
     """The count whose root is `value` (0 below the root of 0)."""
-    return max((value / 2.0) ** 2 - 0.375, 0.0)
+    count = (value / 2.0) ** 2 - 0.375
+    return 0.0 if count < 0.0 else count  # max(count, 0.0), without a call
 
 
-@dataclasses.dataclass(frozen=True)
-class Prediction:
-    """A window's prediction: in counts, and on the root scale."""
+class Prediction(NamedTuple):
+    """A window's prediction: in counts, and on the root scale.
+
+    A named tuple rather than a frozen dataclass: one is built per window,
+    and a frozen dataclass sets each field through `object.__setattr__`.
+    """
 
     expected: float
     stddev: float
@@ -72,20 +77,36 @@ class Prediction:
         other predictors if one is smaller: how far out the window is for
         every predictor of the model."""
         least = self.deviation(actual)
+        value = root(actual)
         for centre, spread in self.others:
-            other = (root(actual) - centre) / spread
+            other = (value - centre) / spread
             if abs(other) < abs(least):
                 least = other
         return least
 
 
-@dataclasses.dataclass(frozen=True)
-class Folded:
+class Folded(NamedTuple):
     """What folding a window gives: its prediction, and whether the window
     made a lasting shift the model's new normal."""
 
     prediction: Prediction
     new_normal: bool = False
+
+
+class _Fields(NamedTuple):
+    """A predictor's fields in `ModelState`, named once: formatting the
+    names per window cost more than reading the fields."""
+
+    spread: str
+    error: str
+    offset: str | None  # None for the level, whose centre is `level` itself
+
+
+_FIELDS = {
+    "level": _Fields("level_spread", "level_error", None),
+    "season": _Fields("season_spread", "season_error", "season_offset"),
+    "week": _Fields("week_spread", "week_error", "week_offset"),
+}
 
 
 def predict(
@@ -95,9 +116,7 @@ def predict(
     if state.history == 0:
         return Prediction(expected=0.0, stddev=1.0, history=0)
     memories = _memories(params, window_ms)
-    return _predict(
-        state, params, _seasonal_roots(state, params, memories, window_start)
-    )
+    return _predict(state, params, _seasonal_roots(state, memories, window_start))
 
 
 def _predict(
@@ -105,13 +124,16 @@ def _predict(
 ) -> Prediction:
     """`predict` for a model with history, given its seasonal roots."""
     name = _chosen(state, params, seasonal)
-    centre = seasonal[name] if name != "level" else state.level
-    sigma = _sigma(state, name)
-    others = tuple(
-        (other, _sigma(state, other_name))
-        for other_name, other in [("level", state.level), *seasonal.items()]
-        if other_name != name and getattr(state, f"{other_name}_spread")
-    )
+    level = state.level
+    centre = seasonal[name] if name != "level" else level
+    sigma = _sigma(getattr(state, _FIELDS[name].spread))
+    others = []
+    for other_name, other in [("level", level), *seasonal.items()]:
+        if other_name == name:
+            continue
+        spread = getattr(state, _FIELDS[other_name].spread)
+        if spread:
+            others.append((other, _sigma(spread)))
     # d(count) = (root / 2) d(root): the spread in counts, for plots.
     return Prediction(
         expected=unroot(centre),
@@ -119,13 +141,16 @@ def _predict(
         history=state.history,
         root=centre,
         spread=sigma,
-        others=others,
+        others=tuple(others),
     )
 
 
-def _sigma(state: ModelState, name: str) -> float:
-    """A predictor's spread of noise on the root scale."""
-    return max(MAD_TO_SIGMA * getattr(state, f"{name}_spread"), MIN_SPREAD)
+def _sigma(spread: float) -> float:
+    """A predictor's spread of noise on the root scale, from its learned
+    spread (a mean absolute residual)."""
+    sigma = MAD_TO_SIGMA * spread
+    # `max(sigma, MIN_SPREAD)`, without a builtin call: several per window.
+    return MIN_SPREAD if sigma < MIN_SPREAD else sigma
 
 
 def fold(
@@ -136,22 +161,23 @@ def fold(
     actual: int,
 ) -> Folded:
     """Fold the window's count into `state`; return the prediction it had."""
-    # One lookup of the memories per window: the cache hashes `params`.
+    # One lookup of the memories per window.
     memories = _memories(params, window_ms)
+    history = state.history
     _forget_skipped(state, memories, window_start, window_ms)
     value = root(actual)
     new_normal = False
-    if state.history == 0:
+    if history == 0:
         prediction = predict(state, params, window_start, window_ms)
         state.level = value
     else:
         # Learning moves no memory before it reads them: one lookup serves
         # the prediction and the update.
-        seasonal = _seasonal_roots(state, params, memories, window_start)
+        seasonal = _seasonal_roots(state, memories, window_start)
         prediction = _predict(state, params, seasonal)
         new_normal = _update(state, params, prediction, seasonal, value)
     _remember(state, memories, window_start, window_ms, value)
-    state.history += 1
+    state.history = history + 1
     state.last_window_start = window_start
     return Folded(prediction, new_normal)
 
@@ -167,64 +193,74 @@ def _update(
     it made an excursion the new normal."""
     residual = value - prediction.root
     before = state.excursion
-    state.excursion = _excursion(before, residual / prediction.spread, params)
+    excursion = _excursion(before, residual / prediction.spread, params)
+    state.excursion = excursion
     # A run that goes on adds up; a new run (or none) starts afresh.
-    going_on = state.excursion * before > 0
-    state.excursion_sum = (state.excursion_sum if going_on else 0.0) + (
-        residual if state.excursion else 0.0
+    going_on = excursion * before > 0
+    excursion_sum = (state.excursion_sum if going_on else 0.0) + (
+        residual if excursion else 0.0
     )
-    if abs(state.excursion) > params.max_excursion_windows:
+    state.excursion_sum = excursion_sum
+    if abs(excursion) > params.max_excursion_windows:
         # A shift this long is the new normal: the predictor in use moves by
         # it, rather than creeping there and alarming all the way. (The
         # others learn it from their own residuals.)
-        shift = state.excursion_sum / abs(state.excursion)
+        shift = excursion_sum / abs(excursion)
         name = _chosen(state, params, seasonal)
         if name == "level":
             state.level += shift
         else:
-            setattr(state, f"{name}_offset", getattr(state, f"{name}_offset") + shift)
+            offset = _FIELDS[name].offset
+            setattr(state, offset, getattr(state, offset) + shift)
         state.excursion = 0
         state.excursion_sum = 0.0
         return True
     # During a young excursion (an episode, most likely) the model barely
     # learns, or the episode's end would look like an episode of its own.
-    weight = params.outlier_weight if state.excursion else 1.0
+    weight = params.outlier_weight if excursion else 1.0
     # A young model's spread is the plain mean of its first residuals: it
     # starts at zero, and creeping up from there would make every window an
     # excursion, which learns too little to ever catch up (seen at 10^8).
-    young = state.history < YOUNG_WINDOWS
+    history = state.history
+    young = history < YOUNG_WINDOWS
     spread_weight = 1.0 if young else weight
-    rate = 1.0 / state.history if young else params.spread_alpha
+    rate = 1.0 / history if young else params.spread_alpha
+    level = state.level
     level_residual = _learn_spread(
-        state, "level", value - state.level, rate * spread_weight, params
+        state, _FIELDS["level"], value - level, rate * spread_weight, params
     )
-    state.level += params.alpha * weight * level_residual
+    state.level = level + params.alpha * weight * level_residual
     for name, centre in seasonal.items():
-        if not getattr(state, f"{name}_spread"):
+        fields = _FIELDS[name]
+        if not getattr(state, fields.spread):
             # A seasonal predictor's first window: it starts from the
             # level's spread and error, and must earn its preference.
-            setattr(state, f"{name}_spread", state.level_spread)
-            setattr(state, f"{name}_error", state.level_error)
+            setattr(state, fields.spread, state.level_spread)
+            setattr(state, fields.error, state.level_error)
         residual = _learn_spread(
-            state, name, value - centre, params.spread_alpha * weight, params
+            state, fields, value - centre, params.spread_alpha * weight, params
         )
-        offset = getattr(state, f"{name}_offset")
-        setattr(state, f"{name}_offset", offset + params.alpha * weight * residual)
+        offset = getattr(state, fields.offset)
+        setattr(state, fields.offset, offset + params.alpha * weight * residual)
     return False
 
 
 def _learn_spread(
-    state: ModelState, name: str, residual: float, rate: float, params: ModelParams
+    state: ModelState,
+    fields: _Fields,
+    residual: float,
+    rate: float,
+    params: ModelParams,
 ) -> float:
     """Update one predictor's spread and error; return the clipped residual."""
-    spread = getattr(state, f"{name}_spread")
-    error = getattr(state, f"{name}_error")
-    limit = params.clip_sigma * max(MAD_TO_SIGMA * spread, MIN_SPREAD)
-    clipped = max(-limit, min(limit, residual))
-    setattr(state, f"{name}_spread", spread + rate * (abs(clipped) - spread))
-    setattr(
-        state, f"{name}_error", error + params.error_alpha * (abs(residual) - error)
-    )
+    spread = getattr(state, fields.spread)
+    error = getattr(state, fields.error)
+    limit = params.clip_sigma * _sigma(spread)
+    # `max(-limit, min(limit, residual))`, without two builtin calls.
+    clipped = residual if residual < limit else limit
+    clipped = clipped if clipped > -limit else -limit
+    setattr(state, fields.spread, spread + rate * (abs(clipped) - spread))
+    setattr(state, fields.error, error + params.error_alpha * (abs(residual) - error))
     return clipped
 
 
@@ -237,9 +273,7 @@ def predictor_in_use(
     if state.history == 0:
         return "level"
     memories = _memories(params, window_ms)
-    return _chosen(
-        state, params, _seasonal_roots(state, params, memories, window_start)
-    )
+    return _chosen(state, params, _seasonal_roots(state, memories, window_start))
 
 
 def _chosen(state: ModelState, params: ModelParams, seasonal: dict[str, float]) -> str:
@@ -254,17 +288,19 @@ def _chosen(state: ModelState, params: ModelParams, seasonal: dict[str, float]) 
     so a series with no weekly pattern keeps its daily choice.
     """
     best = "level"
+    best_error = state.level_error
     for name in seasonal:
         if name == "week" and not state.week_spread:
             continue  # its first window: nothing learned, nothing earned
-        error = getattr(state, f"{name}_error")
+        error = getattr(state, _FIELDS[name].error)
         ratio = (
             params.weekly_choice_ratio
             if best == "season"
             else params.seasonal_choice_ratio
         )
-        if error < ratio * getattr(state, f"{best}_error"):
+        if error < ratio * best_error:
             best = name
+            best_error = error
     return best
 
 
@@ -274,14 +310,15 @@ class _Memory:
 
     `name` prefixes its fields in `ModelState` (`<name>_roots`, `_offset`,
     `_spread`, `_error`). A slot covers `slot_ms` (one window or several:
-    then it holds their mean root). It predicts once `min_known` seasons
-    are known at the slot.
+    then it holds their mean root). Its prediction is the median of the
+    slot's last `past` seasons, once `min_known` of them are known.
     """
 
     name: str
     season_ms: int
     slot_ms: int
     seasons: int
+    past: int
     min_known: int = 1
 
     @functools.cached_property
@@ -294,17 +331,56 @@ class _Memory:
         """Slots in the ring."""
         return self.slots * self.seasons
 
+    @functools.cached_property
+    def lags(self) -> tuple[int, ...]:
+        """How many slots back the past seasons' slots are, newest first."""
+        return tuple(k * self.slots for k in range(1, self.past + 1))
 
-# Cached: asked for several times per window, and the same for every query.
-@functools.cache
+    @functools.cached_property
+    def roots_field(self) -> str:
+        """Its ring's field in `ModelState`."""
+        return f"{self.name}_roots"
+
+    @functools.cached_property
+    def offset_field(self) -> str:
+        """Its offset's field in `ModelState`."""
+        return f"{self.name}_offset"
+
+
+class _MemoriesAt(NamedTuple):
+    """`_memories`' answer for one params object and window size."""
+
+    params: ModelParams | None
+    window_ms: int
+    memories: tuple[_Memory, ...]
+
+
+# The last answer of `_memories`, matched by identity: a series is folded
+# with one params object, and hashing that dataclass per window cost more
+# than the rest of the lookup. One tuple, so a thread sees an entry whole.
+_last_memories = _MemoriesAt(None, 0, ())
+
+
 def _memories(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
     """The seasonal memories tried at this window size, daily first."""
+    global _last_memories
+    last = _last_memories
+    if last.params is params and last.window_ms == window_ms:
+        return last.memories
+    memories = _memories_of(params, window_ms)
+    _last_memories = _MemoriesAt(params, window_ms, memories)
+    return memories
+
+
+# Cached: the same for every query.
+@functools.cache
+def _memories_of(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
+    """`_memories`, looked up by value."""
     memories = []
     season_ms = SEASON_MS[params.seasonality]
+    periods = params.seasonal_periods
     if season_ms and window_ms < season_ms:
-        memories.append(
-            _Memory("season", season_ms, window_ms, params.seasonal_periods)
-        )
+        memories.append(_Memory("season", season_ms, window_ms, periods, periods))
     if params.seasonality == "auto" and window_ms < WEEK_MS:
         # Whole windows per slot, so that a window never spans two slots.
         per_slot = max(1, params.weekly_slot_minutes * MINUTE_MS // window_ms)
@@ -317,7 +393,8 @@ def _memories(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
                 "week",
                 WEEK_MS,
                 per_slot * window_ms,
-                params.seasonal_periods + extra,
+                periods + extra,
+                periods,
                 WEEKLY_MIN_KNOWN,
             )
         )
@@ -325,28 +402,36 @@ def _memories(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
 
 
 def _seasonal_roots(
-    state: ModelState,
-    params: ModelParams,
-    memories: tuple[_Memory, ...],
-    window_start: int,
+    state: ModelState, memories: tuple[_Memory, ...], window_start: int
 ) -> dict[str, float]:
     """Each seasonal predictor's root for the window, by name, where known:
     the median of the slot's roots over the remembered seasons, plus offset."""
     roots = {}
     for memory in memories:
-        ring = getattr(state, f"{memory.name}_roots")
-        if len(ring) != memory.size:
+        ring = getattr(state, memory.roots_field)
+        size = memory.size
+        if len(ring) != size:
             continue  # none yet, or kept at another window size
         index = window_start // memory.slot_ms
-        past = [
-            ring[(index - k * memory.slots) % memory.size]
-            for k in range(1, params.seasonal_periods + 1)
-        ]
-        known = [v for v in past if not math.isnan(v)]
+        known = []
+        for lag in memory.lags:
+            past = ring[(index - lag) % size]
+            if past == past:  # not NaN (unknown), without a call per slot
+                known.append(past)
         if len(known) >= memory.min_known:
-            offset = getattr(state, f"{memory.name}_offset")
-            roots[memory.name] = statistics.median(known) + offset
+            offset = getattr(state, memory.offset_field)
+            roots[memory.name] = _median(known) + offset
     return roots
+
+
+def _median(values: list[float]) -> float:
+    """`statistics.median`, with its arithmetic, of a slot's few values
+    (sorted in place): the library's generality cost more than the sort."""
+    values.sort()
+    half = len(values) // 2
+    if len(values) % 2:
+        return values[half]
+    return (values[half - 1] + values[half]) / 2
 
 
 def _remember(
@@ -357,21 +442,23 @@ def _remember(
     value: float,
 ) -> None:
     for memory in memories:
-        ring = getattr(state, f"{memory.name}_roots")
-        if len(ring) != memory.size:
+        ring = getattr(state, memory.roots_field)
+        size = memory.size
+        if len(ring) != size:
             # A new memory, or one kept at another window size: start afresh.
             del ring[:]
-            ring.extend([math.nan] * memory.size)
-        index = window_start // memory.slot_ms
+            ring.extend([math.nan] * size)
+        slot = (window_start // memory.slot_ms) % size
         # The seasonal median is taken against the offset at the time.
-        entry = value - getattr(state, f"{memory.name}_offset")
+        entry = value - getattr(state, memory.offset_field)
         # The window's place in its slot: the first one replaces what the
         # slot held a ring ago, later ones fold into the slot's mean.
         position = (window_start % memory.slot_ms) // window_ms
-        held = ring[index % memory.size]
-        if position and not math.isnan(held):
-            entry = held + (entry - held) / (position + 1)
-        ring[index % memory.size] = entry
+        if position:
+            held = ring[slot]
+            if not math.isnan(held):
+                entry = held + (entry - held) / (position + 1)
+        ring[slot] = entry
 
 
 def _forget_skipped(
@@ -386,7 +473,7 @@ def _forget_skipped(
     if not state.history or first_ms == window_start:
         return  # the usual case: no window skipped
     for memory in memories:
-        ring = getattr(state, f"{memory.name}_roots")
+        ring = getattr(state, memory.roots_field)
         if len(ring) != memory.size:
             continue
         # Slots that begin in the gap; one partly folded before it keeps
