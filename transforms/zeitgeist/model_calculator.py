@@ -301,5 +301,5 @@ def model_update(
 
 
 def _recent(prediction: Prediction) -> tuple:
-    # Not `dataclasses.astuple`, which deep-copies every field, per window.
+    # By name, in the coder's order; `others` is not kept in state.
     return tuple(getattr(prediction, name) for name in RECENT_FIELDS)
