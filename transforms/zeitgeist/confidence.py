@@ -43,6 +43,7 @@ import math
 from typing import NamedTuple
 
 from transforms.records.zeitgeist_pb2 import DetectorState, ModelUpdate
+from transforms.zeitgeist.forecast import clip
 from transforms.zeitgeist.params import DetectorParams
 
 # Evidence beyond this many thresholds adds no more to the long-run mean:
@@ -74,10 +75,10 @@ def update_confidence(
     threshold = params.threshold
     slack = params.slack_sigma
     limit = params.max_deviation_sigma
-    clipped = _clip(deviation, limit)
+    clipped = clip(deviation, limit)
     z = clipped
     if params.far_surprise:
-        z = _clip(z, _surprise_clip(state, deviation, params))
+        z = clip(z, _surprise_clip(state, deviation, params))
     # Floors, drains and maxima here are conditionals, not max/min calls:
     # the same comparisons (so the same values, signed zeros and NaNs
     # included) without a builtin call each, on every window.
@@ -126,13 +127,6 @@ def update_confidence(
             evidence = max(evidence, threshold)
             score = max(score, evidence / (evidence + threshold))
     return Verdict(evidence, score, kind)
-
-
-def _clip(value: float, limit: float) -> float:
-    """`max(-limit, min(limit, value))` as conditionals: cheaper than two
-    builtin calls, and the CUSUM clips twice per window."""
-    value = value if value < limit else limit
-    return value if value > -limit else -limit
 
 
 def _surprise_clip(

@@ -44,6 +44,14 @@ def root(count: float) -> float:
     return 2.0 * math.sqrt((0.0 if count < 0.0 else count) + 0.375)
 
 
+def clip(value: float, limit: float) -> float:
+    """`max(-limit, min(limit, value))` as conditionals (the builtins' own
+    comparisons, without their calls): the model and the detector clip
+    several times per window."""
+    value = value if value < limit else limit
+    return value if value > -limit else -limit
+
+
 def unroot(value: float) -> float:
     """The count whose root is `value` (0 below the root of 0)."""
     count = (value / 2.0) ** 2 - 0.375
@@ -99,13 +107,15 @@ class _Fields(NamedTuple):
 
     spread: str
     error: str
-    offset: str | None  # None for the level, whose centre is `level` itself
+    # None for the level, whose centre is `level` itself, kept in no ring.
+    offset: str | None
+    roots: str | None
 
 
 _FIELDS = {
-    "level": _Fields("level_spread", "level_error", None),
-    "season": _Fields("season_spread", "season_error", "season_offset"),
-    "week": _Fields("week_spread", "week_error", "week_offset"),
+    "level": _Fields("level_spread", "level_error", None, None),
+    "season": _Fields("season_spread", "season_error", "season_offset", "season_roots"),
+    "week": _Fields("week_spread", "week_error", "week_offset", "week_roots"),
 }
 
 
@@ -256,9 +266,7 @@ def _learn_spread(
     spread = getattr(state, fields.spread)
     error = getattr(state, fields.error)
     limit = params.clip_sigma * _sigma(spread)
-    # `max(-limit, min(limit, residual))`, without two builtin calls.
-    clipped = residual if residual < limit else limit
-    clipped = clipped if clipped > -limit else -limit
+    clipped = clip(residual, limit)
     setattr(state, fields.spread, spread + rate * (abs(clipped) - spread))
     setattr(state, fields.error, error + params.error_alpha * (abs(residual) - error))
     return clipped
@@ -308,8 +316,8 @@ def _chosen(state: ModelState, params: ModelParams, seasonal: dict[str, float]) 
 class _Memory:
     """One seasonal memory: a ring of slots over `seasons` seasons.
 
-    `name` prefixes its fields in `ModelState` (`<name>_roots`, `_offset`,
-    `_spread`, `_error`). A slot covers `slot_ms` (one window or several:
+    `name` is its predictor's, and its fields in `ModelState` are that
+    predictor's `_FIELDS`. A slot covers `slot_ms` (one window or several:
     then it holds their mean root). Its prediction is the median of the
     slot's last `past` seasons, once `min_known` of them are known.
     """
@@ -337,14 +345,9 @@ class _Memory:
         return tuple(k * self.slots for k in range(1, self.past + 1))
 
     @functools.cached_property
-    def roots_field(self) -> str:
-        """Its ring's field in `ModelState`."""
-        return f"{self.name}_roots"
-
-    @functools.cached_property
-    def offset_field(self) -> str:
-        """Its offset's field in `ModelState`."""
-        return f"{self.name}_offset"
+    def fields(self) -> _Fields:
+        """Its fields in `ModelState`: its ring, offset, spread and error."""
+        return _FIELDS[self.name]
 
 
 class _MemoriesAt(NamedTuple):
@@ -408,7 +411,7 @@ def _seasonal_roots(
     the median of the slot's roots over the remembered seasons, plus offset."""
     roots = {}
     for memory in memories:
-        ring = getattr(state, memory.roots_field)
+        ring = getattr(state, memory.fields.roots)
         size = memory.size
         if len(ring) != size:
             continue  # none yet, or kept at another window size
@@ -419,7 +422,7 @@ def _seasonal_roots(
             if past == past:  # not NaN (unknown), without a call per slot
                 known.append(past)
         if len(known) >= memory.min_known:
-            offset = getattr(state, memory.offset_field)
+            offset = getattr(state, memory.fields.offset)
             roots[memory.name] = _median(known) + offset
     return roots
 
@@ -442,7 +445,7 @@ def _remember(
     value: float,
 ) -> None:
     for memory in memories:
-        ring = getattr(state, memory.roots_field)
+        ring = getattr(state, memory.fields.roots)
         size = memory.size
         if len(ring) != size:
             # A new memory, or one kept at another window size: start afresh.
@@ -450,7 +453,7 @@ def _remember(
             ring.extend([math.nan] * size)
         slot = (window_start // memory.slot_ms) % size
         # The seasonal median is taken against the offset at the time.
-        entry = value - getattr(state, memory.offset_field)
+        entry = value - getattr(state, memory.fields.offset)
         # The window's place in its slot: the first one replaces what the
         # slot held a ring ago, later ones fold into the slot's mean.
         position = (window_start % memory.slot_ms) // window_ms
@@ -473,7 +476,7 @@ def _forget_skipped(
     if not state.history or first_ms == window_start:
         return  # the usual case: no window skipped
     for memory in memories:
-        ring = getattr(state, memory.roots_field)
+        ring = getattr(state, memory.fields.roots)
         if len(ring) != memory.size:
             continue
         # Slots that begin in the gap; one partly folded before it keeps
