@@ -1,10 +1,10 @@
 """Tables of searches counted per (query, window) before any per-search Python.
 
 `PreCountSearches` is the columnar front of `ZeitgeistOnBatches`: it takes
-the Arrow tables `ReadSearchBatches` reads and emits what `KeyByQuery` and
-`CombineWithinBundle` would have made of their rows, one partial count per
-(key, window) of each table, so that a million searches cost a few thousand
-Python objects rather than a million.
+the Arrow tables `ReadSearchBatches` reads and sums their rows per (key,
+window), as `KeyByQuery` and `CombineWithinBundle` would, then hands on one
+partial series per key of each table (`PartialSeries`): a million searches
+cost a few thousand Python objects rather than a million.
 """
 
 from collections.abc import Callable, Iterator
@@ -26,19 +26,20 @@ _NO_KEY = -1
 
 
 class PreCountSearches(beam.DoFn):
-    """A table of searches to `(key, SearchQuery)` partial counts.
+    """A table of searches to `(key, [(window start, count)])` partial
+    series (`PartialSeries`).
 
     Input: `pa.Table`s of valid searches (`SEARCH_SCHEMA`). Each query is
     normalised once per distinct value in the table (`key_fn`, as
     `KeyByQuery`); rows whose key is empty become `KeyByQuery`'s dead
-    letters. The other rows are summed per (key, window start) into
-    `SearchQuery(query=key, event_time=earliest, count=sum)`, stamped with
-    that earliest event time, as `CombineWithinBundle` makes them.
+    letters. The other rows are summed per (key, window start), and each
+    key's sums leave as one element, stamped with the earliest event time
+    among its rows.
 
     With `split_identified`, rows that carry a record id are not summed:
     each is emitted alone on the `identified` tag as `(key, SearchQuery)`,
     for `DedupByRecordId` to see every id. The `latest` tag carries the
-    latest event time of each table's summed rows, which the partial counts
+    latest event time of each table's summed rows, which the partial series
     (stamped with their earliest) no longer show: the input's end.
     """
 
@@ -64,7 +65,7 @@ class PreCountSearches(beam.DoFn):
             yield from _identified(table, identified, keys, key_codes)
             summed = keyed & ~identified
         if summed.any():
-            yield from self._partials(table, summed, keys, key_codes, window)
+            yield from self._partial_series(table, summed, keys, key_codes, window)
 
     def _keys(self, queries: pa.Array) -> tuple[list[str], np.ndarray]:
         """The distinct non-empty keys, and each row's index among them."""
@@ -76,7 +77,7 @@ class PreCountSearches(beam.DoFn):
             codes_of_queries[i] = keys.setdefault(key, len(keys)) if key else _NO_KEY
         return list(keys), codes_of_queries[encoded.indices.to_numpy()]
 
-    def _partials(
+    def _partial_series(
         self,
         table: pa.Table,
         rows: np.ndarray,
@@ -98,15 +99,22 @@ class PreCountSearches(beam.DoFn):
             .group_by(["key", "start"])
             .aggregate([("count", "sum"), ("event_time", "min")])
         )
-        for code, total, first_ms in zip(
-            grouped.column("key").to_pylist(),
-            grouped.column("count_sum").to_pylist(),
-            grouped.column("event_time_min").to_pylist(),
-            strict=True,
-        ):
-            key = keys[code]
-            partial = SearchQuery(query=key, event_time=first_ms, count=total)
-            yield restamped((key, partial), to_timestamp(first_ms), window)
+        # One element per key rather than per (key, window): each element
+        # costs microseconds of Beam's work and of the shuffle to the
+        # series, and a table holds tens of windows of each of its queries.
+        key_codes = grouped.column("key").to_numpy()
+        starts = grouped.column("start").to_numpy()
+        sums = grouped.column("count_sum").to_numpy()
+        firsts = grouped.column("event_time_min").to_numpy()
+        order = np.argsort(key_codes, kind="stable")
+        bounds = np.flatnonzero(np.diff(key_codes[order])) + 1
+        for groups in np.split(order, bounds):
+            key = keys[key_codes[groups[0]]]
+            series = list(
+                zip(starts[groups].tolist(), sums[groups].tolist(), strict=True)
+            )
+            earliest = int(firsts[groups].min())
+            yield restamped((key, series), to_timestamp(earliest), window)
         yield beam.pvalue.TaggedOutput(LATEST, int(event_ms.max()))
 
 

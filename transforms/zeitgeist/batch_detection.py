@@ -105,8 +105,9 @@ class SeriesJudge:
 
 
 class JudgeSeries(beam.DoFn):
-    """`(query, [(window start, count)])` to its `Anomaly` records, with its
-    `WindowCount`s under `windows` and its `WindowScore`s under `scores`."""
+    """A query's grouped series (`GroupSeries`) to its `Anomaly` records,
+    with its `WindowCount`s under `windows` and its `WindowScore`s under
+    `scores`."""
 
     def __init__(
         self, window: WindowParams, model: ModelParams, detector: DetectorParams
@@ -120,9 +121,9 @@ class JudgeSeries(beam.DoFn):
     def process(
         self, element, window=beam.DoFn.WindowParam, *, input_end: int
     ) -> Iterator[Any]:
-        key, partials = element
+        key, parts = element
         judge = SeriesJudge(key, self._model, self._detector, self._window.size_ms)
-        for counted in series_counts(key, partials, self._window, input_end):
+        for counted in series_counts(key, parts, self._window, input_end):
             stamp = self._windows_counted.stamp(counted)
             judged = judge.judge(counted)
             yield TaggedOutput(WINDOWS, restamped(counted, stamp, window))
@@ -138,9 +139,9 @@ class JudgeSeries(beam.DoFn):
 
 class DetectSeries(beam.PTransform):
     """`CountSeries`, `ModelCalculator` and `SpikeDipDetector` of a bounded
-    input in one pass per query: `(query, SearchQuery)` partial counts to
-    `Anomaly` records (main), `WindowCount`s (`windows`), `WindowScore`s
-    (`scores`) and an empty `late` output.
+    input in one pass per query: `PartialSeries` to `Anomaly` records
+    (main), `WindowCount`s (`windows`), `WindowScore`s (`scores`) and an
+    empty `late` output.
 
     `latest_event_times` holds event times whose maximum is the input's last
     search.
@@ -159,12 +160,12 @@ class DetectSeries(beam.PTransform):
         self._detector = detector
         self._latest_event_times = latest_event_times
 
-    def expand(self, partials):
+    def expand(self, parts):
         end = input_end(self._latest_event_times)
         judge = JudgeSeries(self._window, self._model, self._detector)
         return (
-            partials
-            | "Group" >> GroupSeries(self._window.size_ms)
+            parts
+            | "Group" >> GroupSeries()
             | "Judge"
             >> beam.ParDo(judge, input_end=end)
             .with_output_types(

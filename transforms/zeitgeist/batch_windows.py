@@ -28,15 +28,25 @@ from transforms.records.zeitgeist_pb2 import SearchQuery, WindowCount
 from transforms.zeitgeist.params import WindowParams
 from transforms.zeitgeist.window_counter import LATE, METRICS_NAMESPACE, last_event_time
 
+# A query's searches summed per window over part of the input (one table of
+# `PreCountSearches`, or one deduplicated search): `(key, [(window start,
+# count), ...])`. `GroupSeries` gathers a query's parts into its whole series.
+PartialSeries = tuple[str, list[tuple[int, int]]]
+
 
 def series_windows(
-    partials: Iterable[tuple[int, int]], size_ms: int, horizon: int, input_end: int
+    parts: Iterable[Iterable[tuple[int, int]]],
+    size_ms: int,
+    horizon: int,
+    input_end: int,
 ) -> list[tuple[int, int]]:
     """(window start, count) of every window `WindowCounter` would emit for
-    one query, in order, from its `(window start, count)` partials."""
+    one query, in order, from the `(window start, count)` lists of its
+    partial series."""
     counts: dict[int, int] = {}
-    for start, count in partials:
-        counts[start] = counts.get(start, 0) + count
+    for part in parts:
+        for start, count in part:
+            counts[start] = counts.get(start, 0) + count
     starts = set(counts)
     for anchor in counts:
         # A zero-count window shows a dip only while the query is active;
@@ -50,14 +60,17 @@ def series_windows(
 
 
 def series_counts(
-    key: str, partials: Iterable[tuple[int, int]], params: WindowParams, input_end: int
+    key: str,
+    parts: Iterable[Iterable[tuple[int, int]]],
+    params: WindowParams,
+    input_end: int,
 ) -> Iterator[WindowCount]:
     """The `WindowCount`s of `series_windows`, in order, each linked to the
     one before, as `WindowCounter` emits them."""
     size = params.size_ms
     previous = None
     horizon = params.activity_horizon_windows
-    for start, count in series_windows(partials, size, horizon, input_end):
+    for start, count in series_windows(parts, size, horizon, input_end):
         yield WindowCount(
             query=key,
             window_start=start,
@@ -86,8 +99,8 @@ class WindowCounters:
 
 
 class EmitSeries(beam.DoFn):
-    """`(query, [(window start, count)])` to `(query, WindowCount)`s, each
-    stamped with its window's last instant (`series_counts`)."""
+    """A query's grouped series (`GroupSeries`) to `(query, WindowCount)`s,
+    each stamped with its window's last instant (`series_counts`)."""
 
     def __init__(self, params: WindowParams):
         self._params = params
@@ -96,55 +109,58 @@ class EmitSeries(beam.DoFn):
     def process(
         self, element, window=beam.DoFn.WindowParam, *, input_end: int
     ) -> Iterator[Any]:
-        key, partials = element
-        for counted in series_counts(key, partials, self._params, input_end):
+        key, parts = element
+        for counted in series_counts(key, parts, self._params, input_end):
             stamp = self._counted.stamp(counted)
             yield restamped((key, counted), stamp, window)
 
 
 class GroupSeries(beam.PTransform):
-    """`(query, SearchQuery)` partial counts of a bounded input to
-    `(query, [(window start, count)])`: one element per query, its whole
-    series (unordered)."""
+    """`PartialSeries` of a bounded input to `(query, [[(window start,
+    count)]])`: one element per query, the lists of its whole series
+    (unordered, a window possibly in several)."""
+
+    def expand(self, parts):
+        if not parts.is_bounded:
+            raise ValueError(
+                "A query's whole series is known in batch only; "
+                "use CountWindows in streaming"
+            )
+        return parts | "Series" >> beam.GroupByKey()
+
+
+class SearchesAsSeries(beam.PTransform):
+    """`(query, SearchQuery)` searches or partial counts to `PartialSeries`
+    of one window each, for `GroupSeries`."""
 
     def __init__(self, size_ms: int):
         super().__init__()
         self._size_ms = size_ms
 
-    def expand(self, partials):
-        if not partials.is_bounded:
-            raise ValueError(
-                "A query's whole series is known in batch only; "
-                "use CountWindows in streaming"
-            )
+    def expand(self, searches):
         size = self._size_ms
-        return (
-            partials
-            | "ByWindow"
-            >> beam.MapTuple(
-                lambda key, search: (
-                    key,
-                    (window_start(search.event_time, size), search.count),
-                )
-            ).with_output_types(tuple[str, tuple[int, int]])
-            | "Series" >> beam.GroupByKey()
-        )
+        return searches | "AsSeries" >> beam.MapTuple(
+            lambda key, search: (
+                key,
+                [(window_start(search.event_time, size), search.count)],
+            )
+        ).with_output_types(PartialSeries)
 
 
 def input_end(latest_event_times: beam.PCollection) -> beam.pvalue.AsSingleton:
     """The input's last search, as a side input, from event times whose
-    maximum it is (partials are stamped with their earliest search)."""
+    maximum it is (partial series are stamped with their earliest search)."""
     return beam.pvalue.AsSingleton(
         latest_event_times | "Latest" >> beam.CombineGlobally(last_event_time)
     )
 
 
 class CountSeries(beam.PTransform):
-    """`CountWindows` for a bounded input: `(query, SearchQuery)` partial
-    counts to `(query, WindowCount)`, plus an empty `late` output.
+    """`CountWindows` for a bounded input: `PartialSeries` to `(query,
+    WindowCount)`, plus an empty `late` output.
 
     `latest_event_times` holds event times whose maximum is the input's last
-    search (the partials are stamped with their earliest).
+    search (the partial series are stamped with their earliest).
     """
 
     def __init__(self, params: WindowParams, latest_event_times: beam.PCollection):
@@ -152,11 +168,11 @@ class CountSeries(beam.PTransform):
         self._params = params
         self._latest_event_times = latest_event_times
 
-    def expand(self, partials):
+    def expand(self, parts):
         end = input_end(self._latest_event_times)
         return (
-            partials
-            | "Group" >> GroupSeries(self._params.size_ms)
+            parts
+            | "Group" >> GroupSeries()
             | "Windows"
             >> beam.ParDo(EmitSeries(self._params), input_end=end)
             .with_output_types(tuple[str, WindowCount], **{LATE: SearchQuery})

@@ -16,7 +16,11 @@ from transforms.records.zeitgeist_pb2 import (
 )
 from transforms.zeitgeist.batch_counts import IDENTIFIED, LATEST, PreCountSearches
 from transforms.zeitgeist.batch_detection import WINDOWS, DetectSeries
-from transforms.zeitgeist.batch_windows import CountSeries
+from transforms.zeitgeist.batch_windows import (
+    CountSeries,
+    PartialSeries,
+    SearchesAsSeries,
+)
 from transforms.zeitgeist.keying import KeyByQuery
 from transforms.zeitgeist.model_calculator import ModelCalculator
 from transforms.zeitgeist.params import (
@@ -146,7 +150,8 @@ class ZeitgeistOnBatches(Zeitgeist):
     (`transforms.records.search_screen.SEARCH_SCHEMA`); the outputs are
     those `Zeitgeist` gives for the same searches, record for record. Each
     table is counted per (query, window) in Arrow first (`PreCountSearches`),
-    so only the partial counts go through Python one by one. Searches with a
+    so only each table's partial series of a query goes through Python one
+    by one. Searches with a
     record id still go one by one through `DedupByRecordId` when
     `dedup_horizon_ms` is set. Each query's windows, model and episodes then
     come from its whole series in one pass (`DetectSeries`), or, with a
@@ -170,7 +175,7 @@ class ZeitgeistOnBatches(Zeitgeist):
         counted = tables | "PreCount" >> beam.ParDo(
             PreCountSearches(self._window.size_ms, self._key_fn, split)
         ).with_output_types(
-            tuple[str, SearchQuery],
+            PartialSeries,
             **{
                 IDENTIFIED: tuple[str, SearchQuery],
                 LATEST: int,
@@ -182,7 +187,10 @@ class ZeitgeistOnBatches(Zeitgeist):
             unique = counted[IDENTIFIED] | "Dedup" >> _dedup_searches(
                 self._dedup_horizon_ms
             )
-            partials = (partials, unique) | "Merge" >> beam.Flatten()
+            unique_series = unique | "UniqueAsSeries" >> SearchesAsSeries(
+                self._window.size_ms
+            )
+            partials = (partials, unique_series) | "Merge" >> beam.Flatten()
             unique_times = unique | "EventTimes" >> beam.Map(
                 lambda kv: kv[1].event_time
             )
