@@ -38,6 +38,8 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
+            # Property tests (json_line against json.dumps).
+            "hypothesis>=6",
             "ruff==0.17.6",
             # Generated *_pb2.py files are compared against this exact
             # generator in tests; bump both together.
