@@ -143,33 +143,38 @@ def predict(
     if state.history == 0:
         return Prediction(expected=0.0, stddev=1.0, history=0)
     memories = _memories(params, window_ms)
-    return _predict(state, params, _seasonal_roots(state, memories, window_start))
+    seasonal = _seasonal_roots(state, memories, window_start)
+    return _predict(state, params, seasonal, state.history)
 
 
 def _predict(
-    state: ModelState, params: ModelParams, seasonal: dict[str, float]
+    state: ModelState, params: ModelParams, seasonal: dict[str, float], history: int
 ) -> Prediction:
-    """`predict` for a model with history, given its seasonal roots."""
+    """`predict` for a model with history, given its seasonal roots and its
+    `history` (which the caller has read)."""
     name = _chosen(state, params, seasonal)
     level = state.level
     centre = seasonal[name] if name != "level" else level
     sigma = _sigma(getattr(state, _FIELDS[name].spread))
+    # The others, the level first: two loops rather than one over a list
+    # built per window.
     others = []
-    for other_name, other in [("level", level), *seasonal.items()]:
+    if name != "level":
+        spread = state.level_spread
+        if spread:
+            others.append((level, _sigma(spread)))
+    for other_name, other in seasonal.items():
         if other_name == name:
             continue
         spread = getattr(state, _FIELDS[other_name].spread)
         if spread:
             others.append((other, _sigma(spread)))
     # d(count) = (root / 2) d(root): the spread in counts, for plots.
-    return Prediction(
-        expected=unroot(centre),
-        stddev=sigma * max(centre, 1.0) / 2.0,
-        history=state.history,
-        root=centre,
-        spread=sigma,
-        others=tuple(others),
-    )
+    # `max(centre, 1.0)` as the conditional that gives its value.
+    stddev = sigma * (1.0 if centre < 1.0 else centre) / 2.0
+    # Positionally, in the fields' order: keywords cost a named tuple as
+    # much again as the rest of its construction (measured: 0.45 µs, 0.24).
+    return Prediction(unroot(centre), stddev, history, centre, sigma, tuple(others))
 
 
 def _sigma(spread: float) -> float:
@@ -190,8 +195,9 @@ def fold(
     """Fold the window's count into `state`; return the prediction it had."""
     # One lookup of the memories per window.
     memories = _memories(params, window_ms)
+    # Read once, for the steps below.
     history = state.history
-    _forget_skipped(state, memories, window_start, window_ms)
+    _forget_skipped(state, memories, window_start, window_ms, history)
     value = root(actual)
     new_normal = False
     if history == 0:
@@ -201,8 +207,8 @@ def fold(
         # Learning moves no memory before it reads them: one lookup serves
         # the prediction and the update.
         seasonal = _seasonal_roots(state, memories, window_start)
-        prediction = _predict(state, params, seasonal)
-        new_normal = _update(state, params, prediction, seasonal, value)
+        prediction = _predict(state, params, seasonal, history)
+        new_normal = _update(state, params, prediction, seasonal, value, history)
     _remember(state, memories, window_start, window_ms, value)
     state.history = history + 1
     state.last_window_start = window_start
@@ -215,9 +221,11 @@ def _update(
     prediction: Prediction,
     seasonal: dict[str, float],
     value: float,
+    history: int,
 ) -> bool:
-    """Learn from one window, whose seasonal roots are `seasonal`; True if
-    it made an excursion the new normal."""
+    """Learn from one window, whose seasonal roots are `seasonal`, in a
+    model of `history` windows; True if it made an excursion the new
+    normal."""
     residual = value - prediction.root
     before = state.excursion
     excursion = _excursion(before, residual / prediction.spread, params)
@@ -248,7 +256,6 @@ def _update(
     # A young model's spread is the plain mean of its first residuals: it
     # starts at zero, and creeping up from there would make every window an
     # excursion, which learns too little to ever catch up (seen at 10^8).
-    history = state.history
     young = history < YOUNG_WINDOWS
     spread_weight = 1.0 if young else weight
     rate = 1.0 / history if young else params.spread_alpha
@@ -486,11 +493,13 @@ def _forget_skipped(
     memories: tuple[_Memory, ...],
     window_start: int,
     window_ms: int,
+    history: int,
 ) -> None:
     """Windows skipped since the last fold (an idle query) are unknown, not
-    whatever their slots held a season or more ago."""
+    whatever their slots held a season or more ago. `history` is the
+    model's."""
     first_ms = state.last_window_start + window_ms
-    if not state.history or first_ms == window_start:
+    if not history or first_ms == window_start:
         return  # the usual case: no window skipped
     for memory in memories:
         ring = getattr(state, memory.fields.roots)
