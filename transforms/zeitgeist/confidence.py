@@ -148,12 +148,16 @@ def _surprise_clip(
     `evidence_memory_windows` windows; it starts at 0 (the full clip), so
     a new query is as sensitive as before.
     """
+    limit = params.max_deviation_sigma
     share = state.far_share
-    far = 1.0 if abs(deviation) > params.max_deviation_sigma else 0.0
+    far = 1.0 if abs(deviation) > limit else 0.0
     state.far_share = share + (far - share) / params.evidence_memory_windows
     if share <= 0.0:
-        return params.max_deviation_sigma
-    return min(params.max_deviation_sigma, params.slack_sigma - math.log(share))
+        return limit
+    surprise = params.slack_sigma - math.log(share)
+    # `min(limit, surprise)` as the conditional that gives its value: most
+    # windows take this path.
+    return surprise if surprise < limit else limit
 
 
 def _beyond_extremes(
