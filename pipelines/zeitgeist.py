@@ -159,8 +159,11 @@ def build(
     `DEAD_LETTERS` (e.g. followed files), record by record; None reads the
     files as they are, in Arrow tables (`ReadSearchBatches`, counted by
     `transform.on_batches()`). `write` writes the outputs, each under its
-    path prefix (at the end, or in parts while the job runs).
+    path prefix (at the end, or in parts while the job runs). Scores are
+    built only if `extra_outputs` names them.
     """
+    if SCORES not in extra_outputs:
+        transform = transform.without_scores()
     columnar = read is None
     read = read or ReadSearchBatches
     records, dead = [], []

@@ -123,8 +123,11 @@ def _run(
     read,
     dedup_ms: int,
     window: WindowParams = WindowParams(size_ms=WINDOW_MS),
+    scores: bool = True,
 ) -> dict:
-    transform = Zeitgeist(window, key_fn=drop_unwanted, dedup_horizon_ms=dedup_ms)
+    transform = Zeitgeist(
+        window, key_fn=drop_unwanted, dedup_horizon_ms=dedup_ms, scores=scores
+    )
     pipeline = beam.Pipeline()
     extra = [WINDOW_COUNTS, SCORES]
     build(pipeline, [str(source)], None, transform, output, extra, read)
@@ -177,6 +180,22 @@ def test_the_columnar_job_writes_what_the_per_row_job_writes(traffic, tmp_path):
 def test_the_same_with_dedup_which_counts_a_re_sent_search_once(resent, tmp_path):
     outputs = _same_outputs(resent, tmp_path, dedup_ms=DAY_MS)
     assert _counted(outputs) == resent.generated
+
+
+@pytest.mark.parametrize("path", ["per_row", "columnar"])
+def test_without_scores_the_scores_are_empty_and_the_rest_the_same(
+    resent, tmp_path, path
+):
+    read = ReadSearchQueries if path == "per_row" else None
+    scored = _run(resent.path, tmp_path / "scored", read, dedup_ms=DAY_MS)
+    unscored = _run(
+        resent.path, tmp_path / "unscored", read, dedup_ms=DAY_MS, scores=False
+    )
+    assert len(scored[SCORES]) == len(scored[WINDOW_COUNTS]) > 0
+    assert unscored[SCORES] == []
+    for name in [*OUTPUTS, "counters"]:
+        if name != SCORES:
+            assert unscored[name] == scored[name], name
 
 
 def _as_text(searches: Searches, path: pathlib.Path) -> Searches:

@@ -60,7 +60,7 @@ class JudgedWindow(NamedTuple):
     """One window of a query's series, as the model and detector saw it."""
 
     verdict: Verdict
-    score: WindowScore
+    score: WindowScore | None  # None when the judge builds no scores
     record: Anomaly | None  # the alert or summary this window emits, if any
 
 
@@ -69,16 +69,23 @@ class SeriesJudge:
 
     State, for the series: the query's `ModelState` and `DetectorState`,
     both starting empty (as a job without a model store starts them), and
-    the previous window, which each `ModelUpdate` links to.
+    the previous window, which each `ModelUpdate` links to. With `scores`
+    False no `WindowScore` is built.
     """
 
     def __init__(
-        self, key: str, model: ModelParams, detector: DetectorParams, window_ms: int
+        self,
+        key: str,
+        model: ModelParams,
+        detector: DetectorParams,
+        window_ms: int,
+        scores: bool = True,
     ):
         self._key = key
         self._model = model
         self._detector = detector
         self._window_ms = window_ms
+        self._scores = scores
         self._model_state = ModelState()
         self._detector_state = DetectorState()
         self._previous: int | None = None
@@ -95,7 +102,8 @@ class SeriesJudge:
         self._previous = start
         state = self._detector_state
         verdict = update_confidence(state, update, self._detector)
-        score = window_score(update, verdict, state)
+        # The score reads the evidence before `advance` moves the episode on.
+        score = window_score(update, verdict, state) if self._scores else None
         record = advance(state, update, verdict, self._detector)
         return JudgedWindow(verdict, score, record)
 
@@ -107,14 +115,19 @@ class SeriesJudge:
 class JudgeSeries(beam.DoFn):
     """A query's grouped series (`GroupSeries`) to its `Anomaly` records,
     with its `WindowCount`s under `windows` and its `WindowScore`s under
-    `scores`."""
+    `scores` (none if `scores` is False)."""
 
     def __init__(
-        self, window: WindowParams, model: ModelParams, detector: DetectorParams
+        self,
+        window: WindowParams,
+        model: ModelParams,
+        detector: DetectorParams,
+        scores: bool = True,
     ):
         self._window = window
         self._model = model
         self._detector = detector
+        self._scores = scores
         self._windows_counted = WindowCounters()
         self._episodes_counted = EpisodeCounters()
 
@@ -122,12 +135,15 @@ class JudgeSeries(beam.DoFn):
         self, element, window=beam.DoFn.WindowParam, *, input_end: int
     ) -> Iterator[Any]:
         key, parts = element
-        judge = SeriesJudge(key, self._model, self._detector, self._window.size_ms)
+        judge = SeriesJudge(
+            key, self._model, self._detector, self._window.size_ms, self._scores
+        )
         for counted in series_counts(key, parts, self._window, input_end):
             stamp = self._windows_counted.stamp(counted)
             judged = judge.judge(counted)
             yield TaggedOutput(WINDOWS, restamped(counted, stamp, window))
-            yield TaggedOutput(SCORES, restamped(judged.score, stamp, window))
+            if judged.score is not None:
+                yield TaggedOutput(SCORES, restamped(judged.score, stamp, window))
             if judged.record is not None:
                 record = self._episodes_counted.count(judged.record)
                 yield restamped(record, stamp, window)
@@ -140,8 +156,8 @@ class JudgeSeries(beam.DoFn):
 class DetectSeries(beam.PTransform):
     """`CountSeries`, `ModelCalculator` and `SpikeDipDetector` of a bounded
     input in one pass per query: `PartialSeries` to `Anomaly` records
-    (main), `WindowCount`s (`windows`), `WindowScore`s (`scores`) and an
-    empty `late` output.
+    (main), `WindowCount`s (`windows`), `WindowScore`s (`scores`, empty if
+    `scores` is False) and an empty `late` output.
 
     `latest_event_times` holds event times whose maximum is the input's last
     search.
@@ -153,16 +169,18 @@ class DetectSeries(beam.PTransform):
         model: ModelParams,
         detector: DetectorParams,
         latest_event_times: beam.PCollection,
+        scores: bool = True,
     ):
         super().__init__()
         self._window = window
         self._model = model
         self._detector = detector
         self._latest_event_times = latest_event_times
+        self._scores = scores
 
     def expand(self, parts):
         end = input_end(self._latest_event_times)
-        judge = JudgeSeries(self._window, self._model, self._detector)
+        judge = JudgeSeries(self._window, self._model, self._detector, self._scores)
         return (
             parts
             | "Group" >> GroupSeries()

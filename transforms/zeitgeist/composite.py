@@ -1,6 +1,7 @@
 """`Zeitgeist`: searches in, spikes and dips out (MillWheel figure 1)."""
 
 from collections.abc import Callable
+from typing import Any
 
 import apache_beam as beam
 
@@ -65,6 +66,11 @@ class Zeitgeist(beam.PTransform):
     the Bigtable `models` table under sequencer tokens, so it survives a
     restart (see `ModelCalculator`).
 
+    With `scores=False` (or `without_scores()`) no `WindowScore` is built
+    and ``scores`` is empty: a job that does not keep them saves building
+    and passing on a record per query and window. The other outputs are the
+    same.
+
     Example::
 
         outputs = searches | Zeitgeist(WindowParams(size_ms=60_000))
@@ -79,6 +85,7 @@ class Zeitgeist(beam.PTransform):
         key_fn: Callable[[str], str] = fold,
         dedup_horizon_ms: int = 0,
         model_store: ModelStoreConfig | None = None,
+        scores: bool = True,
     ):
         super().__init__()
         self._dedup_horizon_ms = dedup_horizon_ms
@@ -87,18 +94,27 @@ class Zeitgeist(beam.PTransform):
         self._model = model
         self._detector = detector
         self._key_fn = key_fn
+        self._scores = scores
 
     def on_batches(self) -> "ZeitgeistOnBatches":
         """This transform, with the same parameters, over Arrow tables of
         searches (`ZeitgeistOnBatches`)."""
-        return ZeitgeistOnBatches(
-            self._window,
-            self._model,
-            self._detector,
-            self._key_fn,
-            self._dedup_horizon_ms,
-            self._model_store,
-        )
+        return ZeitgeistOnBatches(**self._parameters())
+
+    def without_scores(self) -> "Zeitgeist":
+        """This transform (of the same class), building no `WindowScore`."""
+        return type(self)(**{**self._parameters(), "scores": False})
+
+    def _parameters(self) -> dict[str, Any]:
+        return {
+            "window": self._window,
+            "model": self._model,
+            "detector": self._detector,
+            "key_fn": self._key_fn,
+            "dedup_horizon_ms": self._dedup_horizon_ms,
+            "model_store": self._model_store,
+            "scores": self._scores,
+        }
 
     def expand(self, searches):
         keyed = searches | "KeyByQuery" >> beam.ParDo(
@@ -129,7 +145,7 @@ class Zeitgeist(beam.PTransform):
             )
         ).with_output_types(tuple[str, ModelUpdate])
         detected = updates | "SpikeDipDetector" >> beam.ParDo(
-            SpikeDipDetector(self._detector, retain_ms)
+            SpikeDipDetector(self._detector, retain_ms, self._scores)
         ).with_output_types(Anomaly, **{SCORES: WindowScore}).with_outputs(
             SCORES, main=ANOMALIES
         )
@@ -204,7 +220,7 @@ class ZeitgeistOnBatches(Zeitgeist):
         # Without a store, the model and detector are a loop over each
         # query's whole series, in the same pass (`DetectSeries`).
         detected = partials | "DetectSeries" >> DetectSeries(
-            self._window, self._model, self._detector, latest
+            self._window, self._model, self._detector, latest, self._scores
         )
         return {
             ANOMALIES: detected.anomalies,

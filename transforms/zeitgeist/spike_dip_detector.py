@@ -35,10 +35,12 @@ class SpikeDipDetector(beam.DoFn):
     update's link to the previous window (the evidence accumulates across
     consecutive windows, so order matters); an update that arrives before
     its predecessor waits in `pending`. Every window yields a `WindowScore`
-    on the `scores` tag. The main output has one `OPENED` record per episode,
-    emitted in the window where it opens (the alert), and one `CLOSED`
-    record when it ends (see `transforms.zeitgeist.episodes`): an episode
-    closes on the quiet windows that follow it.
+    on the `scores` tag, unless `scores` is False (a job that does not keep
+    them skips building one record per window). The main output has one
+    `OPENED` record per episode, emitted in the window where it opens (the
+    alert), and one `CLOSED` record when it ends (see
+    `transforms.zeitgeist.episodes`): an episode closes on the quiet windows
+    that follow it.
 
     Timer: `end_of_input` (event time, the end of the key's window: the
     global window's, so it fires only once the watermark reaches +inf, when
@@ -64,9 +66,10 @@ class SpikeDipDetector(beam.DoFn):
     )
     END_OF_INPUT = TimerSpec("end_of_input", TimeDomain.WATERMARK)
 
-    def __init__(self, params: DetectorParams, retain_ms: int = 0):
+    def __init__(self, params: DetectorParams, retain_ms: int = 0, scores: bool = True):
         self._params = params
         self._retain_ms = retain_ms
+        self._scores = scores
         self._counted = EpisodeCounters()
         self._gaps = Metrics.counter(METRICS_NAMESPACE, "detector_sequence_gaps")
         self._unmatched = Metrics.counter(
@@ -103,7 +106,8 @@ class SpikeDipDetector(beam.DoFn):
             if self._retain_ms:
                 befores[ready.window_start] = _copy(state)
             verdict = update_confidence(state, ready, self._params)
-            yield _score(ready, verdict, state)
+            if self._scores:
+                yield _score(ready, verdict, state)
             record = advance(state, ready, verdict, self._params)
             if record is not None:
                 yield self._counted.count(record)
@@ -131,7 +135,8 @@ class SpikeDipDetector(beam.DoFn):
             return
         state = _copy(before)
         verdict = update_confidence(state, update, self._params)
-        yield _score(update, verdict, state)
+        if self._scores:
+            yield _score(update, verdict, state)
         if verdict.kind is not None:
             yield self._counted.count(amended(update, verdict))
 
