@@ -108,12 +108,12 @@ class PreCountSearches(beam.DoFn):
         firsts = grouped.column("event_time_min").to_numpy()
         order = np.argsort(key_codes, kind="stable")
         bounds = np.flatnonzero(np.diff(key_codes[order])) + 1
-        for groups in np.split(order, bounds):
-            key = keys[key_codes[groups[0]]]
+        for key_rows in np.split(order, bounds):
+            key = keys[key_codes[key_rows[0]]]
             series = list(
-                zip(starts[groups].tolist(), sums[groups].tolist(), strict=True)
+                zip(starts[key_rows].tolist(), sums[key_rows].tolist(), strict=True)
             )
-            earliest = int(firsts[groups].min())
+            earliest = int(firsts[key_rows].min())
             yield restamped((key, series), to_timestamp(earliest), window)
         yield beam.pvalue.TaggedOutput(LATEST, int(event_ms.max()))
 

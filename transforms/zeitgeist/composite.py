@@ -106,6 +106,7 @@ class Zeitgeist(beam.PTransform):
         return type(self)(**{**self._parameters(), "scores": False})
 
     def _parameters(self) -> dict[str, Any]:
+        """The constructor's arguments, for transforms made from this one."""
         return {
             "window": self._window,
             "model": self._model,
@@ -166,11 +167,10 @@ class ZeitgeistOnBatches(Zeitgeist):
     (`transforms.records.search_screen.SEARCH_SCHEMA`); the outputs are
     those `Zeitgeist` gives for the same searches, record for record. Each
     table is counted per (query, window) in Arrow first (`PreCountSearches`),
-    so only each table's partial series of a query goes through Python one
-    by one. Searches with a
-    record id still go one by one through `DedupByRecordId` when
-    `dedup_horizon_ms` is set. Each query's windows, model and episodes then
-    come from its whole series in one pass (`DetectSeries`), or, with a
+    so only each table's partial series of a query goes through Python one by
+    one. Searches with a record id still go one by one through `DedupByRecordId`
+    when `dedup_horizon_ms` is set. Each query's windows, model and episodes
+    then come from its whole series in one pass (`DetectSeries`), or, with a
     model store, from `CountSeries` and the two stateful DoFns. Get one with
     `Zeitgeist(...).on_batches()`.
 
@@ -197,8 +197,8 @@ class ZeitgeistOnBatches(Zeitgeist):
                 LATEST: int,
                 DEAD_LETTERS: DeadLetter,
             },
-        ).with_outputs(IDENTIFIED, LATEST, DEAD_LETTERS, main="partials")
-        partials, latest = counted.partials, counted[LATEST]
+        ).with_outputs(IDENTIFIED, LATEST, DEAD_LETTERS, main="parts")
+        parts, latest = counted.parts, counted[LATEST]
         if split:
             unique = counted[IDENTIFIED] | "Dedup" >> _dedup_searches(
                 self._dedup_horizon_ms
@@ -206,7 +206,7 @@ class ZeitgeistOnBatches(Zeitgeist):
             unique_series = unique | "UniqueAsSeries" >> SearchesAsSeries(
                 self._window.size_ms
             )
-            partials = (partials, unique_series) | "Merge" >> beam.Flatten()
+            parts = (parts, unique_series) | "Merge" >> beam.Flatten()
             unique_times = unique | "EventTimes" >> beam.Map(
                 lambda kv: kv[1].event_time
             )
@@ -216,10 +216,10 @@ class ZeitgeistOnBatches(Zeitgeist):
             # no timer per window (`CountSeries`); the models go through
             # `ModelCalculator`, which seeds and persists them.
             count_series = CountSeries(self._window, latest)
-            return self._detect(partials, counted[DEAD_LETTERS], count_series)
+            return self._detect(parts, counted[DEAD_LETTERS], count_series)
         # Without a store, the model and detector are a loop over each
         # query's whole series, in the same pass (`DetectSeries`).
-        detected = partials | "DetectSeries" >> DetectSeries(
+        detected = parts | "DetectSeries" >> DetectSeries(
             self._window, self._model, self._detector, latest, self._scores
         )
         return {
