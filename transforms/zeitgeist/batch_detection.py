@@ -102,7 +102,6 @@ class SeriesJudge:
         self._previous = start
         state = self._detector_state
         verdict = update_confidence(state, update, self._detector)
-        # The score reads the evidence before `advance` moves the episode on.
         score = window_score(update, verdict, state) if self._scores else None
         record = advance(state, update, verdict, self._detector)
         return JudgedWindow(verdict, score, record)
