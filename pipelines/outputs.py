@@ -12,8 +12,8 @@ import apache_beam as beam
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from transforms.records.json_files import WriteJsonLineFiles
 from transforms.records.json_parts import WriteJsonLineParts
-from transforms.records.readers import WriteJsonLines
 
 M = TypeVar("M", bound=Message)
 
@@ -22,13 +22,11 @@ WriteOutputs = Callable[[dict[str, beam.PCollection]], None]
 
 
 def write_at_end(outputs: dict[str, beam.PCollection]) -> None:
-    """Batch: each output in files written when its input ends, one per
-    bundle of the stage that computes it (`num_shards=0`): a fixed number
-    of files would send every record through one more shuffle to the few
-    tasks that write them."""
-    for prefix, pcoll in outputs.items():
-        name = pathlib.Path(prefix).name
-        pcoll | f"Write_{name}" >> WriteJsonLines(prefix, num_shards=0)
+    """Batch: every output in files written when the input ends, through
+    one sink, one file per bundle of the stage that computes it: a fixed
+    number of files would send every record through one more shuffle to
+    the few tasks that write them."""
+    outputs | "WriteOutputs" >> WriteJsonLineFiles()
 
 
 def write_parts(flush_seconds: float) -> WriteOutputs:

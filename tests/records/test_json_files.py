@@ -1,0 +1,106 @@
+"""WriteJsonLineFiles: a bounded job's outputs as JSON Lines files, every
+output through one sink, each line once."""
+
+import json
+import re
+
+import apache_beam as beam
+import pytest
+
+from transforms.records.json_files import (
+    LINES_PER_BLOCK,
+    WriteJsonLineFiles,
+    _JsonLineFilesSink,
+    shard_path,
+)
+from transforms.records.zeitgeist_pb2 import SearchQuery
+
+T0 = 1_767_571_200_000
+SHARD_NAME = re.compile(r"-(\d{5})-of-(\d{5})\.jsonl$")
+
+
+def _queries(names) -> list[SearchQuery]:
+    return [SearchQuery(query=n, event_time=T0, record_id=n) for n in names]
+
+
+def _written(tmp_path, name) -> list[dict]:
+    return [
+        json.loads(line)
+        for path in sorted(tmp_path.glob(f"{name}-*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def _shards(tmp_path, name) -> list[tuple[int, int]]:
+    """(shard, of) of each file of the output `name`."""
+    return sorted(
+        tuple(map(int, SHARD_NAME.search(p.name).groups()))
+        for p in tmp_path.glob(f"{name}-*")
+    )
+
+
+@pytest.mark.both_runners
+def test_each_output_is_written_whole_under_its_prefix(tmp_path):
+    # More lines than one block holds, so that a bundle writes several.
+    many = [f"m{i}" for i in range(LINES_PER_BLOCK + 7)]
+    with beam.Pipeline() as pipeline:
+        outputs = {
+            str(tmp_path / "many"): pipeline | "Many" >> beam.Create(_queries(many)),
+            str(tmp_path / "few"): pipeline | "Few" >> beam.Create(_queries(["a"])),
+            str(tmp_path / "none"): pipeline | "None" >> beam.Create([]),
+        }
+        _ = outputs | WriteJsonLineFiles()
+    assert sorted(r["query"] for r in _written(tmp_path, "many")) == sorted(many)
+    assert [r["query"] for r in _written(tmp_path, "few")] == ["a"]
+    # An output without records still exists, as one empty file.
+    assert [p.name for p in tmp_path.glob("none*")] == ["none-00000-of-00001.jsonl"]
+    assert (tmp_path / "none-00000-of-00001.jsonl").read_text() == ""
+    for name in ("many", "few"):
+        shards = _shards(tmp_path, name)
+        assert [s for s, _ in shards] == list(range(len(shards)))
+        assert {of for _, of in shards} == {len(shards)}
+    assert not list(tmp_path.glob(".*"))  # no temporary folder left behind
+
+
+def test_files_of_an_earlier_job_under_the_prefix_are_replaced(tmp_path):
+    for shard in range(3):
+        (tmp_path / f"out-{shard:05d}-of-00003.jsonl").write_text('{"query": "old"}\n')
+    (tmp_path / "out-notes.txt").write_text("kept")
+    with beam.Pipeline() as pipeline:
+        queries = pipeline | beam.Create(_queries(["new"]))
+        _ = {str(tmp_path / "out"): queries} | WriteJsonLineFiles()
+    assert [r["query"] for r in _written(tmp_path, "out")] == ["new"]
+    assert (tmp_path / "out-notes.txt").read_text() == "kept"
+
+
+def test_a_finalising_step_run_again_after_it_moved_the_files_completes(tmp_path):
+    prefix = str(tmp_path / "out")
+    sink = _JsonLineFilesSink([prefix])
+    folders = sink.initialize_write()
+    results = []
+    for uid, block in (("b1", '{"query": "a"}'), ("b2", '{"query": "b"}')):
+        writer = sink.open_writer(folders, uid)
+        writer.write((prefix, block))
+        results.append(writer.close())
+    first = sink.finalize_write(folders, results, None)
+    again = sink.finalize_write(folders, results, None)
+    assert first == again == [shard_path(prefix, i, 2) for i in range(2)]
+    assert sorted(r["query"] for r in _written(tmp_path, "out")) == ["a", "b"]
+
+
+def test_a_written_file_that_is_gone_fails_the_finalising_step(tmp_path):
+    prefix = str(tmp_path / "out")
+    sink = _JsonLineFilesSink([prefix])
+    folders = sink.initialize_write()
+    lost = ((prefix, str(tmp_path / "lost.jsonl")),)
+    with pytest.raises(OSError, match="lost.jsonl is missing"):
+        sink.finalize_write(folders, [lost], None)
+
+
+def test_no_output_is_refused():
+    with pytest.raises(ValueError, match="at least one output"):
+        WriteJsonLineFiles().expand({})
+
+
+def test_shards_are_named_as_write_to_text_names_them():
+    assert shard_path("/o/anomalies", 2, 13) == "/o/anomalies-00002-of-00013.jsonl"
