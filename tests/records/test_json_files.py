@@ -10,7 +10,8 @@ import pytest
 from transforms.records.json_files import (
     LINES_PER_BLOCK,
     WriteJsonLineFiles,
-    _JsonLineFilesSink,
+    _BundleWriter,
+    name_files,
     shard_path,
 )
 from transforms.records.zeitgeist_pb2 import SearchQuery
@@ -73,28 +74,33 @@ def test_files_of_an_earlier_job_under_the_prefix_are_replaced(tmp_path):
     assert (tmp_path / "out-notes.txt").read_text() == "kept"
 
 
-def test_a_finalising_step_run_again_after_it_moved_the_files_completes(tmp_path):
+def _written_by_bundles(prefix, job, blocks) -> list[tuple[str, str]]:
+    """What `_BundleWriter` yields for one bundle per block."""
+    written = []
+    for block in blocks:
+        writer = _BundleWriter(prefix, job)
+        writer.start_bundle()
+        for message in block:
+            writer.process(message)
+        written.extend(value.value for value in writer.finish_bundle())
+    return written
+
+
+def test_the_naming_step_run_again_after_it_moved_the_files_completes(tmp_path):
     prefix = str(tmp_path / "out")
-    sink = _JsonLineFilesSink([prefix])
-    folders = sink.initialize_write()
-    results = []
-    for uid, block in (("b1", '{"query": "a"}'), ("b2", '{"query": "b"}')):
-        writer = sink.open_writer(folders, uid)
-        writer.write((prefix, block))
-        results.append(writer.close())
-    first = sink.finalize_write(folders, results, None)
-    again = sink.finalize_write(folders, results, None)
+    written = _written_by_bundles(prefix, "j1", [_queries(["a"]), _queries(["b"])])
+    first = name_files([prefix], "j1", written)
+    again = name_files([prefix], "j1", written)
     assert first == again == [shard_path(prefix, i, 2) for i in range(2)]
     assert sorted(r["query"] for r in _written(tmp_path, "out")) == ["a", "b"]
+    assert not list(tmp_path.glob(".*"))
 
 
-def test_a_written_file_that_is_gone_fails_the_finalising_step(tmp_path):
+def test_a_written_file_that_is_gone_fails_the_naming_step(tmp_path):
     prefix = str(tmp_path / "out")
-    sink = _JsonLineFilesSink([prefix])
-    folders = sink.initialize_write()
-    lost = ((prefix, str(tmp_path / "lost.jsonl")),)
+    lost = [(prefix, str(tmp_path / "lost.jsonl"))]
     with pytest.raises(OSError, match="lost.jsonl is missing"):
-        sink.finalize_write(folders, [lost], None)
+        name_files([prefix], "j1", lost)
 
 
 def test_no_output_is_refused():

@@ -1,28 +1,29 @@
 """A JSON Lines sink for bounded PCollections: several outputs, each in its
-own files, written when the input ends through one sink.
+own files, named in one step when the input ends.
 
 A batch job has a few outputs (anomalies, window counts, dead letters, ...).
-One `WriteToText` each costs each of them Beam's whole write: a `Create`, an
+A `WriteToText` each costs each of them Beam's whole write: a `Create`, an
 initialising step, a shuffle of the written file names and two finalising
-steps that read them as side inputs. Those are stages and Spark jobs whose
-cost does not depend on the data: at a million searches the three small
-outputs cost more than the large one's lines (measured with
-`benchmarks/runner_throughput.py`, see `docs/spark-runner.md`).
-`WriteJsonLineFiles` sends every output through one `iobase.Write`:
+steps that read those names as side inputs. Those are stages and Spark jobs
+whose cost does not depend on the data: at a million searches the three
+small outputs cost more than the large one's lines (measured with
+`benchmarks/runner_throughput.py`; see `docs/spark-runner.md`).
+`WriteJsonLineFiles` keeps one step per output and one for them all:
 
-- Each bundle writes, per output it saw, one hidden temporary file, in
-  blocks of lines (the sink's steps then run per block, not per line).
-- When every bundle is written, the finalising step names each output's
-  files `<path_prefix>-SSSSS-of-NNNNN.jsonl`, as `WriteToText` would with
-  `num_shards=0`, and gives an output that had no record one empty file, so
-  that every output exists. Files of an earlier job under the same prefix
-  and name pattern are deleted first: a reader of `<prefix>*.jsonl` then
-  reads this job's records only.
+- Each output's records are written where they are computed, in the stage
+  that computes them: per bundle, one hidden temporary file, written in
+  blocks of lines, under a folder beside the output named after the job.
+- When every output is written, one step on all their file names (a side
+  input) names each output's files `<path_prefix>-SSSSS-of-NNNNN.jsonl`, as
+  `WriteToText` with `num_shards=0` would, gives an output that had no
+  record one empty file, so that every output exists, and deletes the files
+  an earlier job left under the same prefix and name pattern: a reader of
+  `<prefix>*.jsonl` reads this job's records only.
 
-A failed bundle's temporary file is never named: Beam hands the finalising
-step the results of the bundles that succeeded, and the temporary folders
-are deleted at the end. A finalising step run again after a partial rename
-finds its files already in place and completes.
+A failed bundle's temporary file is never named: the naming step sees the
+file names of the bundles that succeeded, and deletes the temporary folders.
+Run again after it had moved some files, it finds them in place and
+completes.
 """
 
 from __future__ import annotations
@@ -32,17 +33,18 @@ import logging
 import os
 import uuid
 from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 import apache_beam as beam
-from apache_beam.io import iobase
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.pvalue import AsList
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.records.readers import json_line
 
 _LOGGER = logging.getLogger(__name__)
-# Lines written as one block (about 2 MB of JSON at most).
+# Lines written to a file at once (about 2 MB of JSON at most).
 LINES_PER_BLOCK = 10_000
 SUFFIX = ".jsonl"
 
@@ -52,147 +54,143 @@ def shard_path(path_prefix: str, shard: int, shards: int) -> str:
     return f"{path_prefix}-{shard:05d}-of-{shards:05d}{SUFFIX}"
 
 
-class _JsonBlocks(beam.DoFn):
-    """Messages to `(path_prefix, block)`: a block is up to
-    `LINES_PER_BLOCK` JSON lines joined by newlines, in the bundle's order."""
+def temporary_folder(path_prefix: str, job: str) -> str:
+    """Where job `job` writes the temporary files of the output at
+    `path_prefix`: a hidden folder beside its files."""
+    directory, name = os.path.split(path_prefix)
+    return FileSystems.join(directory or ".", f".{name}-temp-{job}")
 
-    def __init__(self, path_prefix: str) -> None:
+
+class _BundleWriter(beam.DoFn):
+    """One output's messages to one temporary file per bundle, as JSON
+    lines; yields `(path_prefix, temporary path)` when the bundle ends."""
+
+    def __init__(self, path_prefix: str, job: str) -> None:
         self._prefix = path_prefix
+        self._folder = temporary_folder(path_prefix, job)
         self._lines: list[str] = []
+        self._path: str | None = None
+        self._file: BinaryIO | None = None
 
     def start_bundle(self) -> None:
-        self._lines = []
+        self._lines, self._path, self._file = [], None, None
 
-    def process(self, message) -> Iterator[tuple[str, str]]:
+    def process(self, message) -> None:
         self._lines.append(json_line(message))
         if len(self._lines) >= LINES_PER_BLOCK:
-            yield self._block()
+            self._write_block()
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
-        # The sink writes in the global window whatever the records' windows
-        # were, so the last block of a bundle goes there.
         if self._lines:
-            yield WindowedValue(
-                self._block(), GlobalWindow().max_timestamp(), (GlobalWindow(),)
-            )
+            self._write_block()
+        if self._file is None:
+            return
+        self._file.close()
+        # The naming step reads every bundle's file in the global window,
+        # whatever windows the records had.
+        yield WindowedValue(
+            (self._prefix, self._path),
+            GlobalWindow().max_timestamp(),
+            (GlobalWindow(),),
+        )
 
-    def _block(self) -> tuple[str, str]:
-        block = "\n".join(self._lines)
+    def _write_block(self) -> None:
+        if self._file is None:
+            self._path = FileSystems.join(self._folder, f"{uuid.uuid4().hex}{SUFFIX}")
+            self._file = FileSystems.create(self._path)
+        self._file.write("\n".join(self._lines).encode("utf-8") + b"\n")
         self._lines = []
-        return self._prefix, block
 
 
-class _JsonLineFilesWriter(iobase.Writer):
-    """One bundle's temporary files, one per output it writes to, opened
-    when its first block arrives."""
+def name_files(
+    path_prefixes: Iterable[str], job: str, written: Iterable[tuple[str, str]]
+) -> list[str]:
+    """Give job `job`'s temporary files (`written`: path prefix, temporary
+    path) their final names, one empty file to an output without any, and
+    delete what an earlier job left; return the final paths."""
+    prefixes = list(path_prefixes)
+    temporaries = collections.defaultdict(list)
+    for prefix, path in written:
+        temporaries[prefix].append(path)
+    moves, empties = [], []
+    for prefix in prefixes:
+        paths = sorted(temporaries[prefix])
+        if not paths:
+            empties.append(shard_path(prefix, 0, 1))
+        moves.extend(
+            (path, shard_path(prefix, shard, len(paths)))
+            for shard, path in enumerate(paths)
+        )
+    finals = [final for _, final in moves] + empties
+    _delete_earlier(prefixes, set(finals))
+    for temporary, final in moves:
+        _move(temporary, final)
+    for empty in empties:
+        FileSystems.create(empty).close()
+    folders = [temporary_folder(prefix, job) for prefix in prefixes]
+    FileSystems.delete([f for f in folders if FileSystems.exists(f)])
+    return finals
 
-    def __init__(self, temporary_folders: dict[str, str], uid: str) -> None:
-        self._folders = temporary_folders
-        self._uid = uid
-        self._files: dict[str, tuple[str, object]] = {}
 
-    def write(self, value: tuple[str, str]) -> None:
-        prefix, block = value
-        opened = self._files.get(prefix)
-        if opened is None:
-            path = FileSystems.join(self._folders[prefix], f"{self._uid}{SUFFIX}")
-            opened = self._files[prefix] = (path, FileSystems.create(path))
-        opened[1].write(block.encode("utf-8") + b"\n")
-
-    def close(self) -> tuple[tuple[str, str], ...]:
-        """The (path prefix, temporary path) of each file written."""
-        for _, handle in self._files.values():
-            handle.close()
-        return tuple((prefix, path) for prefix, (path, _) in self._files.items())
-
-
-class _JsonLineFilesSink(iobase.Sink):
-    """The sink of `WriteJsonLineFiles`: its writes and its finalising step."""
-
-    def __init__(self, path_prefixes: Iterable[str]) -> None:
-        self._prefixes = tuple(path_prefixes)
-
-    def initialize_write(self) -> dict[str, str]:
-        """A hidden temporary folder per output, beside its files."""
-        run = uuid.uuid4().hex
-        folders = {}
-        for prefix in self._prefixes:
-            directory, name = os.path.split(prefix)
-            folder = FileSystems.join(directory or ".", f".{name}-temp-{run}")
-            FileSystems.mkdirs(folder)
-            folders[prefix] = folder
-        return folders
-
-    def open_writer(self, init_result: dict[str, str], uid: str):
-        return _JsonLineFilesWriter(init_result, uid)
-
-    def pre_finalize(self, init_result, writer_results) -> None:
-        """Delete the files an earlier job left under these prefixes."""
-        patterns = [f"{prefix}-?????-of-?????{SUFFIX}" for prefix in self._prefixes]
-        stale = [
-            metadata.path
-            for match in FileSystems.match(patterns)
-            for metadata in match.metadata_list
-        ]
-        if stale:
-            _LOGGER.warning("Deleting %d files of an earlier job", len(stale))
-            FileSystems.delete(stale)
-
-    def finalize_write(
-        self, init_result: dict[str, str], writer_results, pre_finalize_result
-    ) -> list[str]:
-        """Name every output's temporary files; return the final paths."""
-        written = collections.defaultdict(list)
-        for result in writer_results:
-            for prefix, path in result:
-                written[prefix].append(path)
-        finals = []
-        for prefix in self._prefixes:
-            temporaries = sorted(written[prefix])
-            if not temporaries:
-                finals.append(shard_path(prefix, 0, 1))
-                _create_empty(finals[-1])
-            for shard, temporary in enumerate(temporaries):
-                finals.append(shard_path(prefix, shard, len(temporaries)))
-                _move(temporary, finals[-1])
-        FileSystems.delete([f for f in init_result.values() if FileSystems.exists(f)])
-        return finals
+def _delete_earlier(prefixes: list[str], finals: set[str]) -> None:
+    """Delete the files under `prefixes` in the shard name pattern that
+    this job does not write (one it writes is replaced by the move)."""
+    patterns = [f"{prefix}-?????-of-?????{SUFFIX}" for prefix in prefixes]
+    earlier = [
+        metadata.path
+        for match in FileSystems.match(patterns)
+        for metadata in match.metadata_list
+        if metadata.path not in finals
+    ]
+    if earlier:
+        _LOGGER.warning("Deleting %d files an earlier job wrote", len(earlier))
+        FileSystems.delete(earlier)
 
 
 def _move(temporary: str, final: str) -> None:
     if FileSystems.exists(temporary):
         FileSystems.rename([temporary], [final])
     elif not FileSystems.exists(final):
-        # Neither there nor already moved by an earlier attempt of this step.
+        # Neither there nor already moved by an earlier run of this step.
         raise OSError(f"written file {temporary} is missing; {final} not written")
-
-
-def _create_empty(path: str) -> None:
-    FileSystems.create(path).close()
 
 
 class WriteJsonLineFiles(beam.PTransform):
     """Write bounded PCollections of messages as JSON Lines files.
 
-    Apply it to a dict of PCollections keyed by their path prefixes: all of
-    them go through one sink (see the module docstring), and each output's
-    files are `<path_prefix>-SSSSS-of-NNNNN.jsonl`, one per bundle that had
-    its records, or one empty file if it had none. The lines are
-    `json_line`'s, as `WriteJsonLines` and `WriteJsonLineParts` write them.
-    Returns the PCollection of the final file paths.
+    Apply it to a dict of PCollections keyed by their path prefixes (see the
+    module docstring): each output's files are
+    `<path_prefix>-SSSSS-of-NNNNN.jsonl`, one per bundle that had its
+    records, or one empty file if it had none. The lines are `json_line`'s,
+    as `WriteJsonLines` and `WriteJsonLineParts` write them. Returns the
+    PCollection of the final file paths.
     """
 
     def expand(self, outputs: dict[str, beam.PCollection]) -> beam.PCollection:
         if not outputs:
             raise ValueError("WriteJsonLineFiles needs at least one output")
-        blocks = [
+        # Named at construction, so that every worker finds the same folders
+        # without a side input read per record.
+        job = uuid.uuid4().hex
+        written = [
             pcoll
-            | f"ToJson{i}"
-            >> beam.ParDo(_JsonBlocks(prefix)).with_output_types(tuple[str, str])
+            | f"Write{i}"
+            >> beam.ParDo(_BundleWriter(prefix, job)).with_output_types(tuple[str, str])
             for i, (prefix, pcoll) in enumerate(outputs.items())
         ]
+        pipeline = next(iter(outputs.values())).pipeline
         return (
-            blocks
-            | "Merge" >> beam.Flatten()
-            | "Write" >> iobase.Write(_JsonLineFilesSink(outputs))
+            pipeline
+            | "Finish" >> beam.Impulse()
+            | "NameFiles"
+            >> beam.FlatMap(
+                _name_files_once,
+                tuple(outputs),
+                job,
+                AsList(written | "Written" >> beam.Flatten()),
+            ).with_output_types(str)
         )
+
+
+def _name_files_once(_impulse, prefixes, job, written) -> list[str]:
+    return name_files(prefixes, job, written)
