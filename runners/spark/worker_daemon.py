@@ -14,12 +14,19 @@ collections skip; objects the workers create are still collected.
 A new worker's first task also re-read the index of every zip archive on the
 import path, about 90 ms; the daemon trims the import caches so that it
 does not (``_lighten_import_caches``).
+
+When the JVM closes a worker's socket (the session stopping at the end of a
+job, or a killed task), PySpark's daemon let the worker's last flush raise
+``BrokenPipeError`` and printed its traceback on the job's stderr, after a
+job that had succeeded. The daemon here ends such a worker quietly
+(``quiet_when_the_jvm_hangs_up``); any other error is still raised.
 """
 
 import gc
 import sys
 import zipfile
 import zipimport
+from collections.abc import Callable
 
 # Imported for their side effect: loaded modules are inherited by forks.
 import apache_beam.runners.portability.fn_api_runner.worker_handlers  # noqa: F401
@@ -66,7 +73,29 @@ def _lighten_import_caches() -> None:
             del sys.path_importer_cache[key]
 
 
+# What ends a worker whose socket the JVM has closed.
+_HUNG_UP = (BrokenPipeError, ConnectionResetError)
+# A worker's return code that makes PySpark's daemon end it.
+_END_WORKER = 1
+
+
+def quiet_when_the_jvm_hangs_up(worker: Callable[..., int]) -> Callable[..., int]:
+    """``worker`` (PySpark's ``daemon.worker``), ending the worker with no
+    traceback when its socket was closed on the JVM's side."""
+
+    def serve(*args, **kwargs) -> int:
+        try:
+            return worker(*args, **kwargs)
+        except _HUNG_UP:
+            # Nothing to report: the JVM that would read it is gone, or has
+            # given up on this task.
+            return _END_WORKER
+
+    return serve
+
+
 if __name__ == "__main__":
+    daemon.worker = quiet_when_the_jvm_hangs_up(daemon.worker)
     _lighten_import_caches()
     gc.freeze()
     daemon.manager()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import zipfile
@@ -25,7 +26,10 @@ from runners.spark.runner import optimize
 from runners.spark.state_store import TimerQueue
 from runners.spark.translation import RESHUFFLE
 from runners.spark.watermark import MAX_MICROS, BatchTime, MicroBatchTime
-from runners.spark.worker_daemon import java_archives_without_python
+from runners.spark.worker_daemon import (
+    java_archives_without_python,
+    quiet_when_the_jvm_hangs_up,
+)
 
 EVENT = beam_runner_api_pb2.TimeDomain.EVENT_TIME
 PROCESSING = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
@@ -247,6 +251,30 @@ def test_the_daemon_drops_only_jars_without_python(tmp_path):
     broken.write_bytes(b"not a zip")
     path = [str(tmp_path), str(classes), str(python), str(broken), "/no/such.jar"]
     assert java_archives_without_python(path) == [str(classes)]
+
+
+def _flush_to(sock: socket.socket) -> int:
+    """A worker's last steps: answer on its socket, flush; return 0."""
+    out = sock.makefile("wb")
+    out.write(b"x" * 1_000_000)
+    out.flush()
+    return 0
+
+
+def test_a_worker_whose_socket_the_jvm_closed_ends_without_a_traceback():
+    ours, jvm = socket.socketpair()
+    jvm.close()
+    with ours:
+        with pytest.raises(BrokenPipeError):
+            _flush_to(ours)
+        # PySpark's daemon ends a worker that returns a non-zero code.
+        assert quiet_when_the_jvm_hangs_up(_flush_to)(ours) != 0
+
+
+def test_a_worker_keeps_its_return_code_and_its_other_errors():
+    assert quiet_when_the_jvm_hangs_up(lambda code: code)(0) == 0
+    with pytest.raises(ZeroDivisionError):
+        quiet_when_the_jvm_hangs_up(lambda: 1 // 0)()
 
 
 class _Halves(beam.DoFn):
