@@ -103,6 +103,20 @@ def test_a_written_file_that_is_gone_fails_the_naming_step(tmp_path):
         name_files([prefix], "j1", lost)
 
 
+def test_one_pcollection_is_written_under_its_prefix(tmp_path):
+    with beam.Pipeline() as pipeline:
+        queries = pipeline | beam.Create(_queries(["a", "b"]))
+        _ = queries | WriteJsonLineFiles(str(tmp_path / "out"))
+    assert sorted(r["query"] for r in _written(tmp_path, "out")) == ["a", "b"]
+
+
+def test_one_pcollection_needs_a_prefix():
+    pipeline = beam.Pipeline()
+    queries = pipeline | beam.Create(_queries(["a"]))
+    with pytest.raises(ValueError, match="needs path_prefix"):
+        _ = queries | WriteJsonLineFiles()
+
+
 def test_no_output_is_refused():
     with pytest.raises(ValueError, match="at least one output"):
         WriteJsonLineFiles().expand({})

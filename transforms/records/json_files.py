@@ -158,15 +158,28 @@ def _move(temporary: str, final: str) -> None:
 class WriteJsonLineFiles(beam.PTransform):
     """Write bounded PCollections of messages as JSON Lines files.
 
-    Apply it to a dict of PCollections keyed by their path prefixes (see the
-    module docstring): each output's files are
+    Apply it to one PCollection, with `path_prefix`, or to a dict of
+    PCollections keyed by their path prefixes: all of them are then named
+    in one step (see the module docstring). Each output's files are
     `<path_prefix>-SSSSS-of-NNNNN.jsonl`, one per bundle that had its
     records, or one empty file if it had none. The lines are `json_line`'s,
     as `WriteJsonLines` and `WriteJsonLineParts` write them. Returns the
     PCollection of the final file paths.
     """
 
-    def expand(self, outputs: dict[str, beam.PCollection]) -> beam.PCollection:
+    def __init__(self, path_prefix: str | None = None) -> None:
+        super().__init__()
+        self._prefix = path_prefix
+
+    def expand(
+        self, outputs: beam.PCollection | dict[str, beam.PCollection]
+    ) -> beam.PCollection:
+        if not isinstance(outputs, dict):
+            if self._prefix is None:
+                raise ValueError(
+                    "WriteJsonLineFiles of one PCollection needs path_prefix"
+                )
+            outputs = {self._prefix: outputs}
         if not outputs:
             raise ValueError("WriteJsonLineFiles needs at least one output")
         # Named at construction, so that every worker finds the same folders

@@ -491,7 +491,9 @@ class WriteJsonLines(beam.PTransform):
     """Write messages as JSON Lines (`to_json_dict`) with `WriteToText`.
 
     Files are named `<path_prefix>-SSSSS-of-NNNNN.jsonl`; returns the
-    PCollection of written file names.
+    PCollection of written file names. `num_shards` fixes their number (0:
+    one per bundle). Without a fixed number, `WriteJsonLineFiles` writes
+    the same files at less cost, and several outputs in one step.
     """
 
     def __init__(self, path_prefix: str, num_shards: int = 1) -> None:
