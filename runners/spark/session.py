@@ -28,6 +28,8 @@ _LOGGER = logging.getLogger(__name__)
 # Top-level packages of this project that user pipelines import on executors.
 _PROJECT_PACKAGES = ("runners", "transforms", "pipelines", "testing")
 
+_DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
 # Settings that keep a local or test session light; user --spark_conf wins.
 _DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -91,6 +93,14 @@ def get_or_create_session(options: SparkOptions) -> SparkSession:
     if options.spark_default_parallelism:
         conf["spark.default.parallelism"] = str(options.spark_default_parallelism)
     conf.update(parse_spark_conf(options.spark_conf))
+    # The driver's JVM maps the class archive if one was built: half its
+    # start. (Imported here: `python -m runners.spark.class_archive` must
+    # not find the module loaded already by this package.)
+    from runners.spark.class_archive import with_class_archive
+
+    driver_options = with_class_archive(conf.get(_DRIVER_JAVA_OPTIONS, ""))
+    if driver_options:
+        conf[_DRIVER_JAVA_OPTIONS] = driver_options
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
