@@ -54,6 +54,22 @@ def shard_path(path_prefix: str, shard: int, shards: int) -> str:
     return f"{path_prefix}-{shard:05d}-of-{shards:05d}{SUFFIX}"
 
 
+def outputs_by_prefix(
+    outputs: beam.PCollection | dict[str, beam.PCollection],
+    path_prefix: str | None,
+    sink: str,
+) -> dict[str, beam.PCollection]:
+    """What a JSON Lines sink (named `sink`) writes where: `outputs` as
+    given (a dict by path prefix), or one PCollection under `path_prefix`."""
+    if not isinstance(outputs, dict):
+        if path_prefix is None:
+            raise ValueError(f"{sink} of one PCollection needs path_prefix")
+        outputs = {path_prefix: outputs}
+    if not outputs:
+        raise ValueError(f"{sink} needs at least one output")
+    return outputs
+
+
 def temporary_folder(path_prefix: str, job: str) -> str:
     """Where job `job` writes the temporary files of the output at
     `path_prefix`: a hidden folder beside its files."""
@@ -174,14 +190,7 @@ class WriteJsonLineFiles(beam.PTransform):
     def expand(
         self, outputs: beam.PCollection | dict[str, beam.PCollection]
     ) -> beam.PCollection:
-        if not isinstance(outputs, dict):
-            if self._prefix is None:
-                raise ValueError(
-                    "WriteJsonLineFiles of one PCollection needs path_prefix"
-                )
-            outputs = {self._prefix: outputs}
-        if not outputs:
-            raise ValueError("WriteJsonLineFiles needs at least one output")
+        outputs = outputs_by_prefix(outputs, self._prefix, "WriteJsonLineFiles")
         # Named at construction, so that every worker finds the same folders
         # without a side input read per record.
         job = uuid.uuid4().hex

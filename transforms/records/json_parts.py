@@ -33,6 +33,7 @@ from apache_beam.transforms.userstate import (
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.timestamp import Duration, Timestamp
 
+from transforms.records.json_files import outputs_by_prefix
 from transforms.records.readers import json_line
 
 _PAST = Timestamp(0)
@@ -160,12 +161,7 @@ class WriteJsonLineParts(beam.PTransform):
     def expand(
         self, outputs: beam.PCollection | dict[str, beam.PCollection]
     ) -> beam.PCollection:
-        if not isinstance(outputs, dict):
-            if self._prefix is None:
-                raise ValueError(
-                    "WriteJsonLineParts of one PCollection needs path_prefix"
-                )
-            outputs = {self._prefix: outputs}
+        outputs = outputs_by_prefix(outputs, self._prefix, "WriteJsonLineParts")
         lines = [
             pcoll
             | f"ToJson{i}"
