@@ -40,6 +40,8 @@ _RECORD = "-XX:ArchiveClassesAtExit="
 # Class-data sharing's own messages (classes it cannot archive, an archive
 # it cannot map) are no news to a job: it starts either way.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+# Lines of a failed step's output that its error shows.
+_TAIL_LINES = 20
 # Seconds a JVM may take to write the archive as it exits.
 _EXIT_SECONDS = 600
 
@@ -91,6 +93,14 @@ def _digest() -> str:
     return identity.hexdigest()[:16]
 
 
+class ArchiveNotBuilt(RuntimeError):
+    """A step of the build failed; the message ends with its last output."""
+
+    def __init__(self, step: str, output: str) -> None:
+        tail = "\n".join(output.strip().splitlines()[-_TAIL_LINES:])
+        super().__init__(f"the {step} step failed:\n{tail}")
+
+
 def build() -> Path:
     """Record, check and put in place the archive; return its path."""
     target = archive_path()
@@ -98,11 +108,16 @@ def build() -> Path:
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         for step in ("--record", "--check"):
-            subprocess.run(
+            # Spark's start-up warnings are kept out of set-up's output,
+            # and shown only if the step fails.
+            done = subprocess.run(
                 [sys.executable, "-m", _MODULE, step, str(temporary)],
-                check=True,
                 stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
             )
+            if done.returncode != 0:
+                raise ArchiveNotBuilt(step.lstrip("-"), done.stderr)
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
@@ -164,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         archive = build()
-    except (subprocess.CalledProcessError, OSError) as error:
-        print(f"class archive: not built ({error}); Spark starts as before")
+    except (ArchiveNotBuilt, OSError) as error:
+        print(f"class archive: not built, Spark starts as before; {error}")
         return 1
     size_mb = archive.stat().st_size / 2**20
     print(

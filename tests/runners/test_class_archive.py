@@ -72,7 +72,9 @@ def test_the_built_archive_is_checked_and_put_in_place(cache):
 
 
 @pytest.mark.spark
-def test_a_failed_build_leaves_no_archive(cache, tmp_path_factory, monkeypatch):
+def test_a_failed_build_leaves_no_archive_and_says_why(
+    cache, tmp_path_factory, monkeypatch
+):
     # A JDK whose java fails at once: spark-submit cannot start a driver.
     broken = tmp_path_factory.mktemp("jdk")
     (broken / "bin").mkdir()
@@ -82,3 +84,6 @@ def test_a_failed_build_leaves_no_archive(cache, tmp_path_factory, monkeypatch):
     monkeypatch.setenv("JAVA_HOME", str(broken))
     assert class_archive.main([]) == 1
     assert list(cache.iterdir()) == []
+    # The failed step is named, with what it printed.
+    with pytest.raises(class_archive.ArchiveNotBuilt, match="record step failed"):
+        class_archive.build()
