@@ -6,6 +6,7 @@ import re
 
 import apache_beam as beam
 import pytest
+from apache_beam.transforms.periodicsequence import PeriodicImpulse
 
 from transforms.records.json_files import (
     LINES_PER_BLOCK,
@@ -115,6 +116,15 @@ def test_one_pcollection_needs_a_prefix():
     queries = pipeline | beam.Create(_queries(["a"]))
     with pytest.raises(ValueError, match="needs path_prefix"):
         _ = queries | WriteJsonLineFiles()
+
+
+def test_an_unbounded_pcollection_is_refused_with_the_sink_to_use():
+    pipeline = beam.Pipeline()
+    endless = pipeline | PeriodicImpulse(fire_interval=1)
+    with pytest.raises(
+        ValueError, match="unbounded: write them with WriteJsonLineParts"
+    ):
+        _ = endless | WriteJsonLineFiles("out")
 
 
 def test_no_output_is_refused():

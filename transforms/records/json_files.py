@@ -191,6 +191,16 @@ class WriteJsonLineFiles(beam.PTransform):
         self, outputs: beam.PCollection | dict[str, beam.PCollection]
     ) -> beam.PCollection:
         outputs = outputs_by_prefix(outputs, self._prefix, "WriteJsonLineFiles")
+        unbounded = [
+            prefix for prefix, pcoll in outputs.items() if not pcoll.is_bounded
+        ]
+        if unbounded:
+            # Its naming step waits for every bundle: an endless input has no
+            # last one.
+            raise ValueError(
+                f"WriteJsonLineFiles writes bounded PCollections; {unbounded} "
+                "are unbounded: write them with WriteJsonLineParts"
+            )
         # Named at construction, so that every worker finds the same folders
         # without a side input read per record.
         job = uuid.uuid4().hex
