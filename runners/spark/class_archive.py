@@ -9,7 +9,7 @@ The archive is built once, by ``python -m runners.spark.class_archive``
 (``setup.sh`` runs it): a local session runs a small Beam pipeline with
 ``-XX:ArchiveClassesAtExit``, its JVM writes the classes it loaded as it
 exits (about 110 MB, in about half a minute), and a second session checks
-that a JVM starts with it before it is put in place. An archive cut short
+that a JVM starts with it mapped before it is put in place. An archive cut short
 crashes the JVM that maps it, so it is written under a temporary name and
 renamed only once checked.
 
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import logging
 import os
 import shutil
 import subprocess
@@ -44,8 +43,6 @@ _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _TAIL_LINES = 20
 # Seconds a JVM may take to write the archive as it exits.
 _EXIT_SECONDS = 600
-
-_LOGGER = logging.getLogger(__name__)
 
 
 def cache_folder() -> Path:
@@ -174,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError("the driver's JVM wrote no class archive")
         return 0
     if args.check:
-        _run_session(f"{_MAP}{args.check} {_QUIET}")
+        # -Xshare:on: a JVM that cannot map the archive fails, rather than
+        # start without it as a job's would.
+        _run_session(f"{_MAP}{args.check} -Xshare:on {_QUIET}")
         return 0
     started = time.monotonic()
     try:
