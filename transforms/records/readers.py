@@ -38,7 +38,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from transforms.records.compressed import open_checked
@@ -382,7 +382,9 @@ def to_json_dict(message: Message) -> dict[str, Any]:
 
     Keys are the proto (snake_case) field names; 64-bit integers stay ints
     (unlike protobuf's JSON mapping, which quotes them), enums become their
-    names, bytes become base64 text and nested messages nested dicts.
+    names, bytes become base64 text and nested messages nested dicts. A map
+    becomes an object in key order, its keys text as in protobuf's JSON
+    mapping (`"7"`, `"true"`), so that `json_format.ParseDict` reads it back.
     """
     return {
         field.name: _json_value(field, value) for field, value in message.ListFields()
@@ -390,9 +392,28 @@ def to_json_dict(message: Message) -> dict[str, Any]:
 
 
 def _json_value(field: FieldDescriptor, value: Any) -> Any:
+    entry = _map_entry(field)
+    if entry is not None:
+        values = entry.fields_by_name["value"]
+        return {
+            _map_key(key): _json_scalar(values, value[key]) for key in sorted(value)
+        }
     if field.is_repeated:
         return [_json_scalar(field, item) for item in value]
     return _json_scalar(field, value)
+
+
+def _map_entry(field: FieldDescriptor) -> Descriptor | None:
+    """The entry type of a map field (None if `field` is no map)."""
+    entry = field.message_type
+    return entry if entry is not None and entry.GetOptions().map_entry else None
+
+
+def _map_key(key: str | int | bool) -> str:
+    """A map key as JSON object keys have it: text."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return key if isinstance(key, str) else str(key)
 
 
 def _json_scalar(field: FieldDescriptor, value: Any) -> Any:
@@ -442,6 +463,18 @@ def _object_text(message: Message) -> str:
 
 def _field_text(field: FieldDescriptor) -> _FieldText:
     key = encode_basestring(field.name) + ":"
+    entry = _map_entry(field)
+    if entry is not None:
+        value_text = _value_text(entry.fields_by_name["value"])
+
+        def map_text(values) -> str:
+            pairs = [
+                encode_basestring(_map_key(k)) + ":" + value_text(values[k])
+                for k in sorted(values)
+            ]
+            return key + "{" + ",".join(pairs) + "}"
+
+        return map_text
     value_text = _value_text(field)
     if field.is_repeated:
         return lambda values: key + "[" + ",".join(map(value_text, values)) + "]"
