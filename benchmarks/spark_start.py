@@ -6,7 +6,7 @@ driver JVM's class archive.
 A one-shot job (the CLI run once) pays the JVM's start and the first Python
 worker's before any work. Each run here is a fresh interpreter that creates
 the session as the runner does (`runners.spark.session`) and runs a small
-Beam pipeline on `local[2]` (a `Create`, a `GroupByKey`, a side input).
+Beam pipeline on `local[2]` (`class_archive.add_small_job`).
 Runs alternate between the archive of `python -m runners.spark.class_archive`
 (built first if there is none) and an empty cache folder, so no archive.
 Printed: each run's seconds to a ready session and to the pipeline's end,
@@ -34,6 +34,7 @@ import json, time
 started = time.perf_counter()
 import apache_beam as beam
 from runners.spark import SparkRunner
+from runners.spark.class_archive import add_small_job
 from runners.spark.options import SparkOptions
 from runners.spark.session import get_or_create_session
 
@@ -41,14 +42,7 @@ options = SparkOptions(["--spark_master_url=local[2]"])
 get_or_create_session(options)
 session_s = time.perf_counter() - started
 with beam.Pipeline(runner=SparkRunner(), options=options) as p:
-    numbers = p | beam.Create(range(1000))
-    total = numbers | beam.CombineGlobally(sum)
-    _ = (
-        numbers
-        | beam.Map(lambda n: (n % 7, n))
-        | beam.GroupByKey()
-        | beam.Map(lambda kv, t: sum(kv[1]) / t, beam.pvalue.AsSingleton(total))
-    )
+    add_small_job(p)
 print(json.dumps({"session": session_s, "job": time.perf_counter() - started}))
 """
 

@@ -121,10 +121,24 @@ def build() -> Path:
     return target
 
 
+def add_small_job(pipeline) -> None:
+    """A small job with the steps whose classes a Spark job's JVM loads: a
+    `Create`, a combine, a shuffle, a side input."""
+    import apache_beam as beam
+
+    numbers = pipeline | beam.Create(range(1000))
+    total = numbers | beam.CombineGlobally(sum)
+    _ = (
+        numbers
+        | beam.Map(lambda n: (n % 7, n))
+        | beam.GroupByKey()
+        | beam.Map(lambda kv, t: sum(kv[1]) / t, beam.pvalue.AsSingleton(total))
+    )
+
+
 def _run_session(java_options: str) -> None:
-    """A local session whose driver has `java_options` runs a small Beam
-    pipeline (shuffles, side inputs, a combine: the classes a job loads),
-    then its JVM exits, writing an archive if asked to."""
+    """A local session whose driver has `java_options` runs
+    `add_small_job`, then its JVM exits, writing an archive if asked to."""
     import apache_beam as beam
     from pyspark import SparkContext
 
@@ -140,16 +154,7 @@ def _run_session(java_options: str) -> None:
     )
     session = get_or_create_session(options)
     with beam.Pipeline(runner=SparkRunner(), options=options) as pipeline:
-        numbers = pipeline | beam.Create(range(1000))
-        total = numbers | beam.CombineGlobally(sum)
-        _ = (
-            numbers
-            | beam.Map(lambda n: (n % 7, n))
-            | beam.GroupByKey()
-            | beam.Map(
-                lambda kv, t: (kv[0], sum(kv[1]) / t), beam.pvalue.AsSingleton(total)
-            )
-        )
+        add_small_job(pipeline)
     session.stop()
     # The JVM exits when its standard input closes, and writes the archive
     # then: wait for it, or this process would end before the file does.
