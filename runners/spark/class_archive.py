@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def cache_folder() -> Path:
     """Where the archive is kept."""
     given = os.environ.get(CACHE_ENV)
     if given:
-        return Path(given)
+        return Path(given).absolute()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "millwheel-beam"
 
@@ -103,22 +104,38 @@ def build() -> Path:
     target = archive_path()
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        for step in ("--record", "--check"):
-            # Spark's start-up warnings are kept out of set-up's output,
-            # and shown only if the step fails.
-            done = subprocess.run(
-                [sys.executable, "-m", _MODULE, step, str(temporary)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            if done.returncode != 0:
-                raise ArchiveNotBuilt(step.lstrip("-"), done.stderr)
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
+    # The steps run in a folder of their own: a JVM that crashes on a bad
+    # archive writes its report (hs_err_pid*.log) where it runs.
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            for step in ("--record", "--check"):
+                _run_step(step, temporary, Path(scratch))
+            os.replace(temporary, target)
+        finally:
+            temporary.unlink(missing_ok=True)
     return target
+
+
+def _run_step(step: str, archive: Path, folder: Path) -> None:
+    # Spark's start-up warnings are kept out of set-up's output, and shown
+    # only if the step fails.
+    done = subprocess.run(
+        [sys.executable, "-m", _MODULE, step, str(archive)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": _with_project(os.environ.get("PYTHONPATH"))},
+    )
+    if done.returncode != 0:
+        raise ArchiveNotBuilt(step.lstrip("-"), done.stderr)
+
+
+def _with_project(python_path: str | None) -> str:
+    """`python_path` with this project's root first: the steps run away
+    from the current folder, which may be what made it importable."""
+    root = str(Path(__file__).resolve().parents[2])
+    return os.pathsep.join([root, python_path] if python_path else [root])
 
 
 def add_small_job(pipeline) -> None:
