@@ -94,3 +94,52 @@ def test_in_process_overrides_reach_the_detector(folder):
     assert not any(alerts for _, _, _, alerts in deaf.values())
     for name, (_, _, scores, _) in deaf.items():
         assert max(scores) < max(default[name][2])
+
+
+def test_the_report_covers_any_folders_categories(folder, tmp_path):
+    # A held-out set or a user's folder has categories of its own, and may
+    # have series without labelled windows: each gets its rows, with no
+    # published anchor, instead of a failure on the README's categories.
+    benchmark = load_benchmark()
+    mixed = tmp_path / "mixed"
+    for name in ("cat/counts.csv", "cat/fractions.csv"):
+        (mixed / name).parent.mkdir(parents=True, exist_ok=True)
+        (mixed / name).write_text((folder / name).read_text())
+    quiet = [200 + (i % 7) for i in range(ROWS)]
+    quiet[500] = 5000
+    write_series(mixed, "quiet/flat.csv", quiet)
+    labels = json.loads((folder / "windows.json").read_text())
+    labels["quiet/flat.csv"] = []
+    (mixed / "windows.json").write_text(json.dumps(labels))
+
+    results = benchmark.run_in_process(mixed, [])
+    lines = benchmark.report(results).splitlines()
+
+    cat = next(line.split() for line in lines if line.startswith("cat "))
+    assert cat[3:6] == ["-", "-", "-"]
+    flat = next(line.split() for line in lines if "quiet/flat.csv" in line)
+    alerts = len(results["quiet/flat.csv"][3])
+    assert alerts > 0
+    weeks = ROWS * 300 / (7 * 24 * 3600)
+    assert float(flat[1]) == pytest.approx(alerts / weeks, abs=0.005)
+    assert any(line.startswith("alerts per series per week on quiet") for line in lines)
+
+
+def test_a_detector_that_never_fires_scores_zero_in_the_report(folder):
+    # NAB's normalisation puts a detector that never fires at 0 by
+    # definition: the report's alerts column must say so.
+    benchmark = load_benchmark()
+    deaf = benchmark.run_in_process(
+        folder,
+        [
+            "detector.threshold=1000000.0",
+            "detector.lone_sigma=0.0",
+            "detector.extreme_sigma=0.0",
+        ],
+    )
+    row = next(
+        line.split()
+        for line in benchmark.report(deaf).splitlines()
+        if line.startswith("cat ")
+    )
+    assert float(row[2]) == 0.0
