@@ -171,9 +171,10 @@ def test_a_young_query_has_no_tail_yet_and_needs_two_windows():
     counts = noisy(DAY // 2)
     counts[100] = 2000
     assert replay(counts, NO_SEASON).alerts == []
-    assert replay(counts, NO_SEASON, DetectorParams(lone_warmup_hours=0.0)).alerts == [
-        100
-    ]
+    # (Without a warm-up, the range of a few windows is no range: the
+    # records rule's margin is left out.)
+    no_warmup = DetectorParams(lone_warmup_hours=0.0, extreme_margin=0.0)
+    assert replay(counts, NO_SEASON, no_warmup).alerts == [100]
 
 
 def test_the_tail_forgets_with_its_half_life():
@@ -245,11 +246,46 @@ def test_a_new_extreme_near_the_model_is_no_alert():
     assert replay(counts, NO_SEASON, DetectorParams(extreme_sigma=3.0)).alerts == [500]
 
 
+def bounded(windows, low=900, high=1100, seed=5):
+    """Counts spread evenly over [low, high]: a series with no tail (a
+    gauge, a CPU), whose range is narrow for its spread."""
+    rng = random.Random(seed)
+    return [rng.randint(low, high) for _ in range(windows)]
+
+
+def test_a_record_broken_by_a_share_of_the_range_opens_an_episode():
+    counts = bounded(2 * DAY)
+    counts[500] = 1160  # past the high by 0.3 of the range
+    folded = replay(counts, NO_SEASON)
+    # Not far out in spreads: the series' spread is wide for its range.
+    assert 1 < folded.deviations[500] < 4
+    assert folded.alerts == [500]
+    assert replay(counts, NO_SEASON, DetectorParams(extreme_margin=0.0)).alerts == []
+
+
+def test_a_record_low_broken_by_a_share_of_the_range_opens_a_dip():
+    counts = bounded(2 * DAY)
+    counts[500] = 840
+    folded = replay(counts, NO_SEASON)
+    assert -4 < folded.deviations[500] < -1
+    assert folded.alerts == [500]
+
+
+def test_a_record_broken_by_less_than_the_margin_is_no_alert():
+    counts = bounded(2 * DAY)
+    counts[500] = 1130  # past the high by 0.15 of the range
+    assert max(counts[:500]) < 1130
+    assert replay(counts, NO_SEASON).alerts == []
+    wider = DetectorParams(extreme_margin=0.1)
+    assert replay(counts, NO_SEASON, wider).alerts == [500]
+
+
 def test_a_young_query_s_extremes_are_not_yet_a_record():
     counts = noisy(DAY // 2)
     counts[100] = count_at(5)
     assert replay(counts, NO_SEASON).alerts == []
-    no_warmup = DetectorParams(lone_warmup_hours=0.0)
+    # Without the warm-up, the record (margin aside: see above) is judged.
+    no_warmup = DetectorParams(lone_warmup_hours=0.0, extreme_margin=0.0)
     assert replay(counts, NO_SEASON, no_warmup).alerts == [100]
 
 

@@ -37,6 +37,8 @@ beyond `extreme_sigma` on that side, the highest and lowest kept in
 did not expect is how many labelled anomalies of real series look (a
 server's request count at its all-time high, 4.4 spreads out, where the
 CUSUM wants a second window): its deviation alone is not far out enough.
+A record broken by more than `extreme_margin` of the query's range (its
+highest less its lowest count) needs only a deviation beyond the slack.
 """
 
 import math
@@ -193,12 +195,31 @@ def _beyond_extremes(
         return None
     if expected < params.extreme_min_expected:
         return None
-    sigma = params.extreme_sigma
-    if actual > high and z > sigma and expected >= params.min_expected_for_spike:
-        return "SPIKE"
-    if actual < low and -z > sigma and expected >= params.min_expected_for_dip:
-        return "DIP"
+    span = high - low
+    if actual > high and expected >= params.min_expected_for_spike:
+        return "SPIKE" if _unexpected_record(actual - high, z, span, params) else None
+    if actual < low and expected >= params.min_expected_for_dip:
+        return "DIP" if _unexpected_record(low - actual, -z, span, params) else None
     return None
+
+
+def _unexpected_record(
+    beyond: float, z: float, span: float, params: DetectorParams
+) -> bool:
+    """Whether a record broken by `beyond` searches, at a deviation `z` on
+    its side, on a query whose counts have spanned `span`, opens an episode:
+    z beats `extreme_sigma`, or the record is broken by more than
+    `extreme_margin` of the span and z beats the slack.
+
+    The margin is the scale-free test: a smooth series (a CPU at 46 % give
+    or take 4, whose high is 56) can break its record by a quarter of its
+    range at a deviation of 2.6, where a Poisson query breaking its record
+    by that much is about 4.5 spreads out, as `extreme_sigma` asks anyway.
+    """
+    if z > params.extreme_sigma:
+        return True
+    margin = params.extreme_margin
+    return margin > 0.0 and beyond > margin * span and z > params.slack_sigma
 
 
 def _far_out(

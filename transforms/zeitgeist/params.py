@@ -140,7 +140,9 @@ class DetectorParams:
     `extreme_sigma` (0: never) on its side, the query's expected count is
     at least `extreme_min_expected` (a record of a few searches is one
     search away), and the detector has judged the query for
-    `lone_warmup_hours`.
+    `lone_warmup_hours`; or, with `extreme_margin` > 0, when it breaks the
+    record by more than that share of the query's range (highest less
+    lowest count) and its deviation beats `slack_sigma`.
     """
 
     slack_sigma: float = 1.0
@@ -158,12 +160,14 @@ class DetectorParams:
     lone_ratio: float = 1.3
     extreme_sigma: float = 4.0
     extreme_min_expected: float = 20.0
+    extreme_margin: float = 0.25
     far_surprise: bool = True
 
     def __post_init__(self) -> None:
-        if self.extreme_sigma < 0 or self.extreme_min_expected < 0:
+        if min(self.extreme_sigma, self.extreme_min_expected, self.extreme_margin) < 0:
             raise ValueError(
-                "detector.extreme_sigma and extreme_min_expected must be >= 0"
+                "detector.extreme_sigma, extreme_min_expected and extreme_margin"
+                " must be >= 0"
             )
         if self.lone_sigma < 0 or self.lone_warmup_hours < 0:
             raise ValueError("detector.lone_sigma and lone_warmup_hours must be >= 0")
