@@ -444,9 +444,9 @@ def test_a_window_another_predictor_expects_is_not_far_out_for_the_query():
     folded = replay(counts, window=HALF_HOUR)
     assert max(abs(folded.deviations[w]) for w in saturdays) > 6
     assert not [w for w in folded.alerts if w >= settled]
-    # Judged on the predictor in use alone, they alert most weeks.
+    # Judged on the predictor in use alone, they alert.
     alone = replay(counts, window=HALF_HOUR, other_predictors=False)
-    assert len(set(alone.alerts) & saturdays) >= 2
+    assert set(alone.alerts) & saturdays
 
 
 def test_a_series_with_no_weekly_pattern_keeps_the_daily_choice():
@@ -454,11 +454,21 @@ def test_a_series_with_no_weekly_pattern_keeps_the_daily_choice():
     in_use, _, alerts, _ = run_half_hourly(counts)
     later = in_use[2 * 7 * HALF_HOURS_A_DAY :]
     assert later.count("season") > 0.95 * len(later)
-    # It alerts as the daily season alone does (only while the first days
-    # are learned).
+    # It alerts as the daily season alone does: while the first days are
+    # learned, and at most once after, at 21:00, where the daily shape
+    # turns flat at its night floor. The seasonal neighbours (two hours
+    # each side at half-hour windows) blur that kink; see
+    # `test_the_daily_memory_s_neighbours_make_a_steadier_prediction` for
+    # what they buy.
     _, _, daily_alerts, _ = run_half_hourly(counts, ModelParams(seasonality="daily"))
     assert alerts == daily_alerts
-    assert not [w for w in alerts if w >= 2 * HALF_HOURS_A_DAY]
+    late = [w for w in alerts if w >= 2 * HALF_HOURS_A_DAY]
+    assert len(late) <= 1
+    assert all(w % HALF_HOURS_A_DAY == 42 for w in late)
+    # Without the neighbours, none.
+    sharp = ModelParams(seasonal_neighbours=0)
+    _, _, sharp_alerts, _ = run_half_hourly(counts, sharp)
+    assert not [w for w in sharp_alerts if w >= 2 * HALF_HOURS_A_DAY]
 
 
 def test_the_weekly_memory_is_bounded_and_never_sees_the_window_it_predicts():
@@ -493,6 +503,29 @@ OLD_MODEL = bytes.fromhex(
     "00000000"
 )
 EIGHT_HOURS = 8 * 3_600_000
+
+
+def test_the_daily_memory_s_neighbours_make_a_steadier_prediction():
+    # A smooth daily shape under Poisson noise: three past values of one
+    # slot predict it about half as well as the slot's neighbourhood (and
+    # the last few windows) do, so the seasonal predictor wins its place.
+    rng = random.Random(8)
+    rates = [1000 + 600 * math.sin(2 * math.pi * w / DAY) for w in range(5 * DAY)]
+    counts = [max(0, round(r + rng.gauss(0, math.sqrt(r)))) for r in rates]
+
+    def last_day(params):
+        state, errors, in_use = ModelState(), [], []
+        for w, count in enumerate(counts):
+            start = T0 + w * WINDOW
+            in_use.append(predictor_in_use(state, params, start, WINDOW))
+            expected = fold(state, params, start, WINDOW, count).prediction.expected
+            errors.append(abs(expected - rates[w]))
+        return sum(errors[4 * DAY :]) / DAY, in_use[4 * DAY :].count("season") / DAY
+
+    error, seasonal = last_day(ModelParams())
+    sharp_error, sharp_seasonal = last_day(ModelParams(seasonal_neighbours=0))
+    assert error < 0.7 * sharp_error
+    assert seasonal > 0.95 > sharp_seasonal
 
 
 def test_a_model_saved_before_the_weekly_memory_loads_and_keeps_working():

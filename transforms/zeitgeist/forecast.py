@@ -343,7 +343,10 @@ class _Memory:
     `name` is its predictor's, and its fields in `ModelState` are that
     predictor's `_FIELDS`. A slot covers `slot_ms` (one window or several:
     then it holds their mean root). Its prediction is the median of the
-    slot's last `past` seasons, once `min_known` of them are known.
+    slot's last `past` seasons, with `neighbours` slots on each side of it
+    in each of those seasons and, once all are known, the last `neighbours`
+    slots (see `reach`); it predicts once `min_known` of the slot's own
+    values are known.
     """
 
     name: str
@@ -352,6 +355,7 @@ class _Memory:
     seasons: int
     past: int
     min_known: int = 1
+    neighbours: int = 0
 
     @functools.cached_property
     def slots(self) -> int:
@@ -367,6 +371,35 @@ class _Memory:
     def lags(self) -> tuple[int, ...]:
         """How many slots back the past seasons' slots are, newest first."""
         return tuple(k * self.slots for k in range(1, self.past + 1))
+
+    @functools.cached_property
+    def reach(self) -> tuple[int, ...]:
+        """How many slots back every value of the median is, once every
+        past season is known at the slot: `seasonal_reach`, then the last
+        `neighbours` slots.
+
+        The recent slots are a few among many: they move the median only
+        where the seasons disagree at this time of day, and then they side
+        with what the query is doing now (measured: the seasons' values
+        alone gave a less stable gain, see docs/detector-research.md).
+        With fewer seasons known they would weigh too much: a square wave's
+        edge on its third day would be predicted from before the edge.
+        """
+        return (*self.seasonal_reach, *range(1, self.neighbours + 1))
+
+    @functools.cached_property
+    def seasonal_reach(self) -> tuple[int, ...]:
+        """How many slots back each past season's slot and its `neighbours`
+        on either side are. All are in the past (a neighbour ahead of a
+        season-old slot is less than a season old, never the window's), and
+        none is beyond the ring: the oldest season's older side is gone
+        (the ring's slots there hold the last few windows)."""
+        return tuple(
+            lag + step
+            for lag in self.lags
+            for step in range(-self.neighbours, self.neighbours + 1)
+            if lag + step <= self.size
+        )
 
     @functools.cached_property
     def fields(self) -> _Fields:
@@ -407,7 +440,15 @@ def _memories_of(params: ModelParams, window_ms: int) -> tuple[_Memory, ...]:
     season_ms = SEASON_MS[params.seasonality]
     periods = params.seasonal_periods
     if season_ms and window_ms < season_ms:
-        memories.append(_Memory("season", season_ms, window_ms, periods, periods))
+        # A quarter of a season's slots at most: with long windows, more
+        # would blur the season's own shape away.
+        reach = (season_ms // window_ms - 1) // 4
+        neighbours = min(params.seasonal_neighbours, reach)
+        memories.append(
+            _Memory(
+                "season", season_ms, window_ms, periods, periods, neighbours=neighbours
+            )
+        )
     if params.seasonality == "auto" and window_ms < WEEK_MS:
         # Whole windows per slot, so that a window never spans two slots.
         per_slot = max(1, params.weekly_slot_minutes * MINUTE_MS // window_ms)
@@ -432,7 +473,9 @@ def _seasonal_roots(
     state: ModelState, memories: tuple[_Memory, ...], window_start: int
 ) -> dict[str, float]:
     """Each seasonal predictor's root for the window, by name, where known:
-    the median of the slot's roots over the remembered seasons, plus offset."""
+    the median of the slot's roots (and its neighbours') over the remembered
+    seasons, plus offset. A memory predicts once the slot itself is known in
+    `min_known` seasons: a neighbour alone is not the slot."""
     roots = {}
     for memory in memories:
         ring = getattr(state, memory.fields.roots)
@@ -440,14 +483,19 @@ def _seasonal_roots(
         if len(ring) != size:
             continue  # none yet, or kept at another window size
         index = window_start // memory.slot_ms
-        known = []
-        for lag in memory.lags:
-            past = ring[(index - lag) % size]
-            if past == past:  # not NaN (unknown), without a call per slot
-                known.append(past)
-        if len(known) >= memory.min_known:
-            offset = getattr(state, memory.fields.offset)
-            roots[memory.name] = _median(known) + offset
+        # `past == past`: not NaN (unknown), without a call per slot.
+        own = [
+            past for lag in memory.lags if (past := ring[(index - lag) % size]) == past
+        ]
+        if len(own) < memory.min_known:
+            continue
+        if memory.neighbours:
+            reach = memory.reach if len(own) == memory.past else memory.seasonal_reach
+            own = [
+                past for back in reach if (past := ring[(index - back) % size]) == past
+            ]
+        offset = getattr(state, memory.fields.offset)
+        roots[memory.name] = _median(own) + offset
     return roots
 
 

@@ -53,6 +53,11 @@ class ModelParams:
     window, if longer), the mean of its windows: a week of 5-minute windows
     would be 2016 slots a season in every query's state, and the hour's
     mean is also less noisy than one window (a weekly pattern is a slow one).
+    The main memory's median takes, in each remembered season, the slot's
+    `seasonal_neighbours` neighbours on each side too (at most a quarter
+    of a season's slots in all), and, once every season is known, the last
+    `seasonal_neighbours` windows: three values of one slot are a noisy
+    prediction, and a season's shape changes little over a few windows.
 
     A run of windows that starts beyond `excursion_sigma` spreads (and goes
     on while beyond `excursion_exit_sigma`, same side) is an excursion: for
@@ -71,6 +76,7 @@ class ModelParams:
     max_excursion_windows: int = 24
     seasonality: str = "auto"
     seasonal_periods: int = 3
+    seasonal_neighbours: int = 4
     seasonal_choice_ratio: float = 0.8
     weekly_choice_ratio: float = 0.9
     weekly_slot_minutes: int = 60
@@ -91,6 +97,11 @@ class ModelParams:
             choices = ", ".join(SEASON_MS)
             raise ValueError(
                 f"unknown seasonality {self.seasonality!r}; expected one of: {choices}"
+            )
+        if self.seasonal_neighbours < 0:
+            raise ValueError(
+                "model.seasonal_neighbours must be >= 0, "
+                f"got {self.seasonal_neighbours}"
             )
         if (
             self.seasonal_periods < 1
