@@ -269,6 +269,7 @@ def test_a_record_low_broken_by_a_share_of_the_range_opens_a_dip():
     folded = replay(counts, NO_SEASON)
     assert -4 < folded.deviations[500] < -1
     assert folded.alerts == [500]
+    assert replay(counts, NO_SEASON, DetectorParams(extreme_margin=0.0)).alerts == []
 
 
 def test_a_record_broken_by_less_than_the_margin_is_no_alert():
