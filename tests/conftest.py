@@ -1,5 +1,6 @@
 """Suite-wide fixtures: the Bigtable emulator (``testing.fixtures``), one
-local[2] SparkSession, and the ``both_runners`` marker.
+local[2] SparkSession, one standalone Spark cluster, and the
+``both_runners`` marker.
 
 A module marked ``both_runners`` runs each of its tests twice: on Beam's
 DirectRunner and on this project's SparkRunner, with the same assertions.
@@ -57,6 +58,18 @@ def spark_session():
     session = get_or_create_session(options)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster():
+    """A standalone master and a worker (2 cores, 2g) on 127.0.0.1, started
+    on first use and shared: a start costs 7 to 15 s, and each test's job
+    is an application of its own, with executors of its own, so the tests
+    that use it see nothing of each other but the master."""
+    from testing.spark_cluster import SparkStandaloneCluster
+
+    with SparkStandaloneCluster(cores=2, memory="2g") as cluster:
+        yield cluster
 
 
 @pytest.fixture(autouse=True)

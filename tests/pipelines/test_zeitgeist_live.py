@@ -27,7 +27,6 @@ from runners.spark import SparkRunner
 from runners.spark.checkpoint import CheckpointDir
 from testing.inbox import cut, drop_file
 from testing.processes import kill_tree
-from testing.spark_cluster import SparkStandaloneCluster
 from testing.zeitgeist_generator import DAY_MS, HOUR_MS, StreamSpec, generate
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.zeitgeist_pb2 import SearchQuery
@@ -293,7 +292,7 @@ def _assert_report_shows_the_episodes_written(output, stdout: str) -> None:
     assert {row[0] for row in page.rows if row} == written
 
 
-def test_the_live_command_runs_on_a_standalone_cluster(tmp_path):
+def test_the_live_command_runs_on_a_standalone_cluster(tmp_path, spark_cluster):
     stream = _stream()
     files = cut(stream.events, 2)
     batch = _batch_run(files, tmp_path)
@@ -302,19 +301,18 @@ def test_the_live_command_runs_on_a_standalone_cluster(tmp_path):
     for i, records in enumerate(files):
         drop_file(inbox, f"part{i}.jsonl", records)
     day_end = stream.spec.start_ms + DAY_MS
-    with SparkStandaloneCluster(cores=2, memory="2g") as cluster:
-        # Nothing more arrives: 2 s later the watermark reaches the newest
-        # search, and the windows before it close.
-        job = _cli(
-            output,
-            inbox,
-            tmp_path / "checkpoint",
-            "--idle_timeout_seconds=2",
-            master=cluster.master_url,
-        )
-        _wait_for(lambda: _closed_through(output) >= day_end - 15 * 60_000, 240)
-        job.send_signal(signal.SIGTERM)
-        stdout, stderr = job.communicate(timeout=120)
+    # Nothing more arrives: 2 s later the watermark reaches the newest
+    # search, and the windows before it close.
+    job = _cli(
+        output,
+        inbox,
+        tmp_path / "checkpoint",
+        "--idle_timeout_seconds=2",
+        master=spark_cluster.master_url,
+    )
+    _wait_for(lambda: _closed_through(output) >= day_end - 15 * 60_000, 240)
+    job.send_signal(signal.SIGTERM)
+    stdout, stderr = job.communicate(timeout=120)
     assert job.returncode == 0, stderr[-4000:]
     assert "Zeitgeist summary" in stdout
     closed_through = _closed_through(output)

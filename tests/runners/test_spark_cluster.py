@@ -12,8 +12,6 @@ import apache_beam as beam
 import pipelines_for_tests as tp
 import pytest
 
-from testing.spark_cluster import SparkStandaloneCluster
-
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
@@ -26,25 +24,24 @@ def _lines(prefix: str) -> list[str]:
     return sorted(out)
 
 
-def test_pipeline_on_standalone_cluster_with_a_retried_task(tmp_path):
+def test_pipeline_on_standalone_cluster_with_a_retried_task(tmp_path, spark_cluster):
     marker = str(tmp_path / "failed-once")
     prefix = str(tmp_path / "out")
-    with SparkStandaloneCluster(cores=2, memory="2g") as cluster:
-        env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-        job = subprocess.run(
-            [
-                sys.executable,
-                str(HERE / "cluster_job.py"),
-                cluster.master_url,
-                marker,
-                prefix,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=400,
-        )
-        assert job.returncode == 0, job.stderr[-4000:] + cluster.logs()
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    job = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "cluster_job.py"),
+            spark_cluster.master_url,
+            marker,
+            prefix,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert job.returncode == 0, job.stderr[-4000:] + spark_cluster.logs()
     # The injected failure happened, and Spark retried the task.
     assert os.path.exists(marker)
     expected_prefix = str(tmp_path / "expected")

@@ -14,7 +14,6 @@ from pipelines import config as config_loader
 from pipelines.zeitgeist import build, zeitgeist_transform
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
-from testing.spark_cluster import SparkStandaloneCluster
 from testing.zeitgeist_generator import DAY_MS, StreamSpec, generate
 from transforms.zeitgeist.composite import ANOMALIES, SCORES, WINDOW_COUNTS
 
@@ -105,13 +104,12 @@ def run_cli(output: pathlib.Path, *extra: str) -> dict:
     }
 
 
-def test_cli_on_a_standalone_cluster_matches_the_direct_runner(tmp_path):
+def test_cli_on_a_standalone_cluster_matches_the_direct_runner(tmp_path, spark_cluster):
     direct = run_cli(tmp_path / "direct")
-    with SparkStandaloneCluster(cores=2, memory="2g") as cluster:
-        on_cluster = run_cli(
-            tmp_path / "cluster",
-            "--runner=SparkRunner",
-            f"--spark_master_url={cluster.master_url}",
-        )
+    on_cluster = run_cli(
+        tmp_path / "cluster",
+        "--runner=SparkRunner",
+        f"--spark_master_url={spark_cluster.master_url}",
+    )
     assert direct[WINDOW_COUNTS]
     assert on_cluster == direct
