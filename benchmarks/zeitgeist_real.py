@@ -31,6 +31,15 @@ way, a held-out set or a user's own; its categories need not be these.
     python benchmarks/zeitgeist_real.py --data ../shared/data/labelled-series \
         --in_process [--set detector.threshold=6 ...]
 
+    python benchmarks/zeitgeist_real.py --data ../shared/data/labelled-series \
+        --in_process --per_file --reference ARTime=0.317486
+
+`--per_file` adds a row per labelled file: windows, windows caught, false
+alerts and NAB raw score of the alerts as emitted, worst first; with
+`--reference NAME=THRESHOLD`, beside a reference detector's per-row scores
+kept in the folder (`reference-NAME/`) at that threshold, largest loss
+first: where the points go, file by file.
+
 `--in_process` skips the job and replays each series through
 `SeriesJudge`, the loop a batch job runs over each query's series
 (`forecast.fold`, `update_confidence`, `episodes.advance`), in the same
@@ -56,7 +65,7 @@ from pipelines import config as config_loader  # noqa: E402
 from pipelines.outputs import read_output  # noqa: E402
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG  # noqa: E402
 from testing.labelled_episodes import combined, episode_score  # noqa: E402
-from testing.labelled_series import Series, load_folder  # noqa: E402
+from testing.labelled_series import Series, load_folder, reference_scores  # noqa: E402
 from testing.nab import (  # noqa: E402
     LabelledFile,
     best_threshold,
@@ -270,6 +279,79 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
+def per_file_report(
+    results: dict, folder: pathlib.Path, reference: tuple[str, float] | None = None
+) -> str:
+    """One row per file with a scored window: its windows, those the alerts
+    as emitted caught, their false alerts (after the probation, outside
+    every window) and their NAB raw score.
+
+    With `reference` (a detector's name and its threshold), the same for
+    that detector's per-row scores in the folder (`reference-<name>/`, rows
+    at or above the threshold being its detections) and the difference in
+    raw score; rows are sorted by that difference, the largest loss first,
+    else by raw score: the files to look at come first.
+    """
+    rows = []
+    for name, (series, _, scores, alerts) in results.items():
+        labelled = LabelledFile(name, scores, series.windows)
+        if not labelled.scored_windows():
+            continue
+        ours = _file_figures(labelled, alerts)
+        theirs = None
+        if reference is not None:
+            theirs = _file_figures(labelled, _detections(folder, reference, name))
+        rows.append((name, len(labelled.scored_windows()), ours, theirs))
+    if reference is None:
+        rows.sort(key=lambda row: row[2][2])
+        header = f"{'file':<62}{'windows':>8}{'caught':>7}{'false':>6}{'raw':>8}"
+        return "\n".join(
+            [header]
+            + [
+                f"{name:<62}{windows:>8}{_figures_text(ours)}"
+                for name, windows, ours, _ in rows
+            ]
+        )
+    rows.sort(key=lambda row: row[2][2] - row[3][2])
+    detector = reference[0]
+    header = (
+        f"{'file':<62}{'windows':>8}{'caught':>7}{'false':>6}{'raw':>8}"
+        f"  {detector + ':':<8}{'caught':>7}{'false':>6}{'raw':>8}{'diff':>8}"
+    )
+    return "\n".join(
+        [header]
+        + [
+            f"{name:<62}{windows:>8}{_figures_text(ours)}"
+            f"  {'':<8}{_figures_text(theirs)}{ours[2] - theirs[2]:>+8.2f}"
+            for name, windows, ours, theirs in rows
+        ]
+    )
+
+
+def _detections(
+    folder: pathlib.Path, reference: tuple[str, float], name: str
+) -> list[int]:
+    """The rows where a reference detector's score reaches its threshold."""
+    detector, threshold = reference
+    scores = reference_scores(folder, detector, name)
+    return [row for row, score in enumerate(scores) if score >= threshold]
+
+
+def _file_figures(labelled: LabelledFile, detections: list[int]) -> tuple:
+    """(windows caught, false alerts, NAB raw score) of one file's detections."""
+    episodes = episode_score(labelled, detections)
+    return (
+        episodes.true_positives,
+        episodes.false_positives,
+        raw_score_of_detections(labelled, detections),
+    )
+
+
+def _figures_text(figures: tuple) -> str:
+    caught, false, raw = figures
+    return f"{caught:>7}{false:>6}{raw:>8.2f}"
+
+
 def _windows(files: dict, names: list[str]) -> int:
     return sum(len(files[n].scored_windows()) for n in names)
 
@@ -318,15 +400,42 @@ def main() -> int:
         metavar="SECTION.KEY=VALUE",
         help="with --in_process: override a key of configs/zeitgeist.yaml",
     )
+    parser.add_argument(
+        "--per_file",
+        action="store_true",
+        help="also print each labelled file's windows caught, false alerts "
+        "and NAB raw score, the worst first",
+    )
+    parser.add_argument(
+        "--reference",
+        metavar="NAME=THRESHOLD",
+        help="with --per_file: beside a reference detector's per-row scores "
+        "in the folder (reference-NAME/), detections at or above THRESHOLD, "
+        "e.g. ARTime=0.317486 for shared/data/labelled-series",
+    )
     args = parser.parse_args()
     if args.overrides and not args.in_process:
         parser.error("--set is for --in_process runs")
+    reference = None
+    if args.reference is not None:
+        if not args.per_file:
+            parser.error("--reference is for --per_file reports")
+        detector, _, threshold = args.reference.partition("=")
+        try:
+            reference = (detector, float(threshold))
+        except ValueError:
+            parser.error(f"--reference wants NAME=THRESHOLD, got {args.reference!r}")
+        if not detector or not (args.data / f"reference-{detector}").is_dir():
+            parser.error(f"no reference-{detector}/ folder in {args.data}")
     if args.in_process:
         results = run_in_process(args.data, args.overrides)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             results = run_all(args.data, pathlib.Path(tmp))
     print(report(results))
+    if args.per_file:
+        print()
+        print(per_file_report(results, args.data, reference))
     return 0
 
 

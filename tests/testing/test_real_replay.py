@@ -6,8 +6,12 @@ import json
 import math
 import pathlib
 import random
+import subprocess
+import sys
 
 import pytest
+
+from testing.labelled_series import load_folder
 
 BENCHMARK = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/zeitgeist_real.py"
 ROWS = 600
@@ -143,3 +147,74 @@ def test_a_detector_that_never_fires_scores_zero_in_the_report(folder):
         if line.startswith("cat ")
     )
     assert float(row[2]) == 0.0
+
+
+def _hand_results(folder, alerts):
+    """`run_in_process`'s shape with chosen alert rows and flat scores."""
+    return {
+        series.name: (series, 300, [0.0] * ROWS, alerts[series.name])
+        for series in load_folder(folder)
+    }
+
+
+def _per_file_rows(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines()[1:]]
+
+
+def test_the_per_file_report_counts_catches_false_alerts_and_nab_credit(folder):
+    # 600 rows: a probation of 90. counts.csv's window is rows 380-430 (51
+    # rows): an alert at 400 earns sigma(-31/51) / sigma(-1) = 0.92098 and
+    # one at 100, before any window ends, costs 0.11. fractions.csv's window
+    # (430-490) is missed: -1. The worst file comes first.
+    benchmark = load_benchmark()
+    results = _hand_results(
+        folder, {"cat/counts.csv": [100, 400], "cat/fractions.csv": []}
+    )
+    rows = _per_file_rows(benchmark.per_file_report(results, folder))
+    assert [row[0] for row in rows] == ["cat/fractions.csv", "cat/counts.csv"]
+    assert rows[0][1:4] == ["1", "0", "0"] and float(rows[0][4]) == -1.0
+    assert rows[1][1:4] == ["1", "1", "1"]
+    assert float(rows[1][4]) == pytest.approx(0.92098 - 0.11, abs=0.005)
+
+
+def test_the_per_file_report_sets_each_file_beside_a_reference_detector(folder):
+    # A reference detector in the folder's layout that fires at row 385 of
+    # counts.csv (credit sigma(-46/51) / sigma(-1) = 0.99154) and never on
+    # fractions.csv: counts.csv is 0.18 behind it, fractions.csv level.
+    benchmark = load_benchmark()
+    for name, row in (("counts", 385), ("fractions", None)):
+        path = folder / "reference-Toy" / "cat" / f"Toy_{name}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scores = [0.9 if i == row else 0.1 for i in range(ROWS)]
+        path.write_text(
+            "timestamp,anomaly_score\n"
+            + "".join(f"{stamp(i)},{s}\n" for i, s in enumerate(scores))
+        )
+    results = _hand_results(
+        folder, {"cat/counts.csv": [100, 400], "cat/fractions.csv": []}
+    )
+    rows = _per_file_rows(benchmark.per_file_report(results, folder, ("Toy", 0.5)))
+    assert [row[0] for row in rows] == ["cat/counts.csv", "cat/fractions.csv"]
+    counts, fractions = rows
+    assert counts[5:8] == ["1", "0", "0.99"]
+    assert float(counts[8]) == pytest.approx(0.92098 - 0.11 - 0.99154, abs=0.01)
+    assert fractions[5:7] == ["0", "0"] and float(fractions[8]) == 0.0
+
+
+def test_a_reference_the_folder_lacks_is_a_clear_error(folder):
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARK),
+            "--data",
+            str(folder),
+            "--in_process",
+            "--per_file",
+            "--reference",
+            "Nobody=0.5",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "no reference-Nobody/ folder" in done.stderr
