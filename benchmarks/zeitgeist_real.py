@@ -31,15 +31,6 @@ way, a held-out set or a user's own; its categories need not be these.
     python benchmarks/zeitgeist_real.py --data ../shared/data/labelled-series \
         --in_process [--set detector.threshold=6 ...]
 
-    python benchmarks/zeitgeist_real.py --data ../shared/data/labelled-series \
-        --in_process --per_file --reference ARTime=0.317486
-
-`--per_file` adds a row per labelled file: windows, windows caught, false
-alerts and NAB raw score of the alerts as emitted, worst first; with
-`--reference NAME=THRESHOLD`, beside a reference detector's per-row scores
-kept in the folder (`reference-NAME/`) at that threshold, largest loss
-first: where the points go, file by file.
-
 `--in_process` skips the job and replays each series through
 `SeriesJudge`, the loop a batch job runs over each query's series
 (`forecast.fold`, `update_confidence`, `episodes.advance`), in the same
@@ -48,6 +39,15 @@ the same configuration file and `--set` overrides as the job: seconds
 instead of minutes, for iterating on the model and detector. It stands in
 for the job only while the two agree: the job also orders, counts and
 shuffles, and a change to those is measured by the default mode.
+
+    python benchmarks/zeitgeist_real.py --data ../shared/data/labelled-series \
+        --in_process --per_file --reference ARTime=0.317486
+
+`--per_file` adds a row per labelled file: windows, windows caught, false
+alerts and NAB raw score of the alerts as emitted, worst first; with
+`--reference NAME=THRESHOLD`, beside a reference detector's per-row scores
+kept in the folder (`reference-NAME/`) at that threshold, largest loss
+first: where the points go, file by file.
 """
 
 import argparse
