@@ -416,6 +416,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.overrides and not args.in_process:
         parser.error("--set is for --in_process runs")
+    try:
+        load_folder(args.data)
+    except (OSError, ValueError) as exc:
+        parser.error(f"{args.data} is not a labelled folder in NAB's layout: {exc}")
     reference = None
     if args.reference is not None:
         if not args.per_file:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+import math
 import pathlib
 from dataclasses import dataclass
 
@@ -49,9 +50,18 @@ def load_series(folder: pathlib.Path, name: str, spans: list[list[str]]) -> Seri
     """One series and its windows, given as `[start, end]` timestamps."""
     timestamps, values = [], []
     with open(folder / name, newline="") as handle:
-        for row in csv.DictReader(handle):
-            timestamps.append(parse_time(row["timestamp"]))
-            values.append(float(row["value"]))
+        # Line 1 is the header: the first row is line 2.
+        for line, row in enumerate(csv.DictReader(handle), start=2):
+            try:
+                timestamps.append(parse_time(row["timestamp"]))
+                values.append(float(row["value"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"{name}, line {line}: a row needs a timestamp and a number"
+                    f" as its value ({exc!r}; the row: {row})"
+                ) from None
+            if not math.isfinite(values[-1]):
+                raise ValueError(f"{name}, line {line}: {values[-1]} is not a number")
     windows = tuple(
         window_rows(timestamps, parse_time(a), parse_time(b), name) for a, b in spans
     )
