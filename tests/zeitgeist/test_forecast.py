@@ -545,3 +545,88 @@ def test_a_model_saved_before_the_weekly_memory_loads_and_keeps_working():
     assert state.history == 40
     assert len(state.week_roots) == 21 * ModelParams().seasonal_periods
     assert ModelState.FromString(state.SerializeToString()) == state
+
+
+# The deviations' autocorrelation (`max_autocorrelation`).
+NO_WHITENING = DetectorParams(max_autocorrelation=0.0)
+
+
+def learned_state(previous=2.0, previous_start=T0 - WINDOW):
+    """A detector state whose query's deviations have a lag-one
+    autocorrelation of 0.5 over 1000 pairs, the last window's deviation
+    `previous`, judged at `previous_start`."""
+    return DetectorState(
+        deviation_products=0.5,
+        deviation_squares=1.0,
+        deviation_pairs=1000,
+        previous_deviation=previous,
+        previous_deviation_start=previous_start,
+    )
+
+
+def test_the_rules_judge_what_the_previous_deviation_does_not_explain():
+    # rho 0.5, capped at 0.3: a deviation of 4 after one of 2 is an
+    # innovation of (4 - 0.3 * 2) / sqrt(1 - 0.09) = 3.564 spreads, which
+    # the CUSUM adds beyond its slack of 1.
+    state = learned_state()
+    update_confidence(state, grown_query_window(deviation=4.0), DetectorParams())
+    assert abs(state.spike - ((4.0 - 0.6) / math.sqrt(0.91) - 1.0)) < 1e-9
+    assert (state.previous_deviation, state.previous_deviation_start) == (4.0, T0)
+    assert state.deviation_pairs == 1001
+    # Without it, the deviation itself: 4 - 1.
+    state = learned_state()
+    update_confidence(state, grown_query_window(deviation=4.0), NO_WHITENING)
+    assert state.spike == 3.0
+    assert state.deviation_pairs == 1000
+
+
+def test_a_window_after_a_gap_is_judged_on_its_own_deviation():
+    # The last judged window is two windows back: nothing to take out, and
+    # no pair to learn from.
+    state = learned_state(previous_start=T0 - 2 * WINDOW)
+    update_confidence(state, grown_query_window(deviation=4.0), DetectorParams())
+    assert state.spike == 3.0
+    assert state.deviation_pairs == 1000
+    assert state.previous_deviation_start == T0
+
+
+def test_alternating_deviations_are_not_made_larger():
+    # A negative autocorrelation is taken as none (rho is at least 0).
+    state = learned_state()
+    state.deviation_products = -0.5
+    update_confidence(state, grown_query_window(deviation=4.0), DetectorParams())
+    assert state.spike == 3.0
+
+
+def wandering(windows, seed, rate=1000):
+    """Counts whose rate wanders slowly (an AR(1) at 0.9 per window, in
+    spreads of Poisson noise) on top of Poisson noise: a slow drift, no
+    episode, that a model following with a lag sees as runs of same-signed
+    deviations."""
+    rng = random.Random(seed)
+    drift, counts = 0.0, []
+    for _ in range(windows):
+        drift = 0.9 * drift + rng.gauss(0, 0.8)
+        spreads = drift + rng.gauss(0, 1.0)
+        counts.append(max(0, round((root_of(rate) / 2 + spreads / 2) ** 2)))
+    return counts
+
+
+def test_a_slow_wander_raises_fewer_alerts_once_its_autocorrelation_is_learned():
+    series = [wandering(6 * DAY, seed) for seed in range(6)]
+    whitened = sum(len(replay(c, NO_SEASON).alerts) for c in series)
+    plain = sum(len(replay(c, NO_SEASON, NO_WHITENING).alerts) for c in series)
+    assert plain >= 12
+    assert whitened <= plain - 4
+
+
+def test_a_step_is_alerted_as_early_as_without_it():
+    # A step of 4 or 6 spreads from window 400: its first innovation is
+    # the whole step, and the CUSUM passes the threshold at its second
+    # window either way.
+    plain = dataclasses.replace(NO_LONE, max_autocorrelation=0.0)
+    for spreads in (4, 6):
+        counts = noisy(2 * DAY)
+        counts[400:430] = [count_at(spreads)] * 30
+        assert replay(counts, NO_SEASON, NO_LONE).alerts == [401]
+        assert replay(counts, NO_SEASON, plain).alerts == [401]

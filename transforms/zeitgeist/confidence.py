@@ -14,11 +14,15 @@ real traffic from alarming all day:
 - the evidence is divided by ``1 + burst_tolerance * m``, m being its own
   long-run mean: a query whose evidence often runs high needs more;
 - when the model adopts a lasting shift as the new normal, the evidence
-  against the old one is dropped.
+  against the old one is dropped;
 - with `far_surprise`, a window beyond that clip adds at most its surprise
   for the query, -ln of the share of its windows that went that far
   (`DetectorState.far_share`): bursts that are the query's normal add
-  little.
+  little;
+- with `max_autocorrelation`, z is the window's innovation, what the
+  previous window's deviation does not explain (`_innovation`): a model
+  that follows a slow wander with a lag leaves runs of same-signed
+  deviations, each of which would otherwise count as fresh evidence.
 
 The score ``e / (e + threshold)`` is in [0, 1), 0.5 at the threshold, and
 keeps rising with the evidence, so a user can pick an operating point.
@@ -52,6 +56,8 @@ from transforms.zeitgeist.params import DetectorParams
 # one long episode must not make a query deaf for days.
 MEAN_CAP_THRESHOLDS = 3.0
 HOUR_MS = 3_600_000
+# Pairs of adjacent windows before the deviations' autocorrelation is used.
+AUTOCORRELATION_WARMUP_PAIRS = 100
 
 
 class Verdict(NamedTuple):
@@ -70,10 +76,11 @@ def update_confidence(
 ) -> Verdict:
     """Fold one window's deviation into `state` (in place); judge the window."""
     # Each field read once: a protobuf field read costs a lookup by name.
+    # The autocorrelation learns from every window, a young model's too.
+    deviation = _innovation(state, update, params)
     history = update.history
     if history < params.min_history_windows:
         return Verdict(0.0, 0.0, None)
-    deviation = update.deviation
     expected = update.expected
     threshold = params.threshold
     slack = params.slack_sigma
@@ -264,6 +271,60 @@ def _warming_up(history: int, window_ms: int, params: DetectorParams) -> bool:
     event time, when its records mean nothing yet."""
     judged_ms = (history - params.min_history_windows) * window_ms
     return judged_ms < params.lone_warmup_hours * HOUR_MS
+
+
+def _innovation(
+    state: DetectorState, update: ModelUpdate, params: DetectorParams
+) -> float:
+    """The window's deviation less what the previous window's explains,
+    ``(z - rho z_prev) / sqrt(1 - rho^2)``, and the query's autocorrelation
+    updated (in place); the deviation itself with `max_autocorrelation` 0.
+
+    Why: a model that follows a series with a lag leaves deviations that
+    persist (a slow wander is z 2, 2.5, 3, ... for hours), and the CUSUM
+    adds them up as if each were fresh evidence. Their lag-one
+    autocorrelation rho, learned from the query's own pairs of adjacent
+    windows, says how much of each deviation the one before predicts; the
+    innovation is the rest, in the same units (its spread is the
+    deviation's). rho is judged before the window joins it, is 0 for the
+    first `AUTOCORRELATION_WARMUP_PAIRS` pairs, never below 0 (deviations
+    that alternate are not made larger) and at most `max_autocorrelation`:
+    a real episode is a run of deviations too, and a rho near 1 would see
+    only its first window. A window after a gap (no adjacent predecessor)
+    has no innovation to take out and is judged on its deviation.
+    """
+    deviation = update.deviation
+    cap = params.max_autocorrelation
+    if not cap:
+        return deviation
+    z = clip(deviation, params.max_deviation_sigma)
+    start = update.window_start
+    adjacent = (
+        state.HasField("previous_deviation_start")
+        and state.previous_deviation_start + (update.window_end - start) == start
+    )
+    previous = state.previous_deviation
+    state.previous_deviation = z
+    state.previous_deviation_start = start
+    if not adjacent:
+        return deviation
+    pairs = state.deviation_pairs
+    products = state.deviation_products
+    squares = state.deviation_squares
+    rho = 0.0
+    if pairs >= AUTOCORRELATION_WARMUP_PAIRS and squares > 0.0:
+        rho = products / squares
+        rho = 0.0 if rho < 0.0 else cap if rho > cap else rho
+    # A plain mean over the first pairs, then a memory of
+    # `evidence_memory_windows`, as the evidence's own mean.
+    memory = params.evidence_memory_windows
+    rate = 1.0 / (pairs + 1) if pairs < memory else 1.0 / memory
+    state.deviation_products = products + rate * (z * previous - products)
+    state.deviation_squares = squares + rate * (z * z - squares)
+    state.deviation_pairs = pairs + 1
+    if not rho:
+        return deviation
+    return (deviation - rho * previous) / math.sqrt(1.0 - rho * rho)
 
 
 def _least_deviation(update: ModelUpdate) -> float:

@@ -154,6 +154,12 @@ class DetectorParams:
     `lone_warmup_hours`; or, with `extreme_margin` > 0, when it breaks the
     record by more than that share of the query's range (highest less
     lowest count) and its deviation beats `slack_sigma`.
+
+    With `max_autocorrelation` > 0 every rule above but the lone window's
+    judges a window's innovation instead of its deviation: the deviation
+    less rho times the previous window's, over ``sqrt(1 - rho^2)``, rho
+    being the query's lag-one autocorrelation of deviations (learned over
+    about `evidence_memory_windows` windows, at most `max_autocorrelation`).
     """
 
     slack_sigma: float = 1.0
@@ -173,8 +179,14 @@ class DetectorParams:
     extreme_min_expected: float = 20.0
     extreme_margin: float = 0.25
     far_surprise: bool = True
+    max_autocorrelation: float = 0.3
 
     def __post_init__(self) -> None:
+        if not 0 <= self.max_autocorrelation < 1:
+            raise ValueError(
+                "detector.max_autocorrelation must be in [0, 1), got "
+                f"{self.max_autocorrelation}"
+            )
         if min(self.extreme_sigma, self.extreme_min_expected, self.extreme_margin) < 0:
             raise ValueError(
                 "detector.extreme_sigma, extreme_min_expected and extreme_margin"
