@@ -288,23 +288,26 @@ def per_file_report(
 
     With `reference` (a detector's name and its threshold), the same for
     that detector's per-row scores in the folder (`reference-<name>/`, rows
-    at or above the threshold being its detections) and the difference in
-    raw score; rows are sorted by that difference, the largest loss first,
-    else by raw score: the files to look at come first.
+    at or above the threshold being its detections; "-" for a file it has
+    no scores for) and the difference in raw score; rows are sorted by that
+    difference, the largest loss first, else by raw score: the files to
+    look at come first.
     """
     rows = []
     for name, (series, _, scores, alerts) in results.items():
         labelled = LabelledFile(name, scores, series.windows)
         if not labelled.scored_windows():
             continue
-        ours = _file_figures(labelled, alerts)
         theirs = None
         if reference is not None:
-            theirs = _file_figures(labelled, _detections(folder, reference, name))
+            detections = _detections(folder, reference, name)
+            if detections is not None:
+                theirs = _file_figures(labelled, detections)
+        ours = _file_figures(labelled, alerts)
         rows.append((name, len(labelled.scored_windows()), ours, theirs))
+    header = f"{'file':<62}{'windows':>8}{'caught':>7}{'false':>6}{'raw':>8}"
     if reference is None:
         rows.sort(key=lambda row: row[2][2])
-        header = f"{'file':<62}{'windows':>8}{'caught':>7}{'false':>6}{'raw':>8}"
         return "\n".join(
             [header]
             + [
@@ -312,28 +315,29 @@ def per_file_report(
                 for name, windows, ours, _ in rows
             ]
         )
-    rows.sort(key=lambda row: row[2][2] - row[3][2])
-    detector = reference[0]
-    header = (
-        f"{'file':<62}{'windows':>8}{'caught':>7}{'false':>6}{'raw':>8}"
-        f"  {detector + ':':<8}{'caught':>7}{'false':>6}{'raw':>8}{'diff':>8}"
-    )
-    return "\n".join(
-        [header]
-        + [
-            f"{name:<62}{windows:>8}{_figures_text(ours)}"
-            f"  {'':<8}{_figures_text(theirs)}{ours[2] - theirs[2]:>+8.2f}"
-            for name, windows, ours, theirs in rows
-        ]
-    )
+    rows.sort(key=lambda row: (row[3] is None, row[2][2] - (row[3] or row[2])[2]))
+    header += f"  {reference[0] + ':':<8}{'caught':>7}{'false':>6}{'raw':>8}{'diff':>8}"
+    lines = [header]
+    for name, windows, ours, theirs in rows:
+        compared = (
+            f"{'-':>7}{'-':>6}{'-':>8}{'-':>8}"
+            if theirs is None
+            else f"{_figures_text(theirs)}{ours[2] - theirs[2]:>+8.2f}"
+        )
+        lines.append(f"{name:<62}{windows:>8}{_figures_text(ours)}  {'':<8}{compared}")
+    return "\n".join(lines)
 
 
 def _detections(
     folder: pathlib.Path, reference: tuple[str, float], name: str
-) -> list[int]:
-    """The rows where a reference detector's score reaches its threshold."""
+) -> list[int] | None:
+    """The rows where a reference detector's score reaches its threshold;
+    None if the folder holds no scores of it for series `name`."""
     detector, threshold = reference
-    scores = reference_scores(folder, detector, name)
+    try:
+        scores = reference_scores(folder, detector, name)
+    except FileNotFoundError:
+        return None
     return [row for row, score in enumerate(scores) if score >= threshold]
 
 

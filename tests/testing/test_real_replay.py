@@ -218,3 +218,20 @@ def test_a_reference_the_folder_lacks_is_a_clear_error(folder):
     )
     assert done.returncode == 2
     assert "no reference-Nobody/ folder" in done.stderr
+
+
+def test_a_file_the_reference_has_no_scores_for_is_shown_last_with_dashes(folder):
+    benchmark = load_benchmark()
+    path = folder / "reference-Half" / "cat" / "Half_counts.csv"
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        "timestamp,anomaly_score\n" + "".join(f"{stamp(i)},0.1\n" for i in range(ROWS))
+    )
+    results = _hand_results(
+        folder, {"cat/counts.csv": [100, 400], "cat/fractions.csv": []}
+    )
+    rows = _per_file_rows(benchmark.per_file_report(results, folder, ("Half", 0.5)))
+    assert [row[0] for row in rows] == ["cat/counts.csv", "cat/fractions.csv"]
+    # counts.csv against a reference that never fires: 0.811 - (-1).
+    assert float(rows[0][8]) == pytest.approx(0.92098 - 0.11 + 1.0, abs=0.005)
+    assert rows[1][5:] == ["-", "-", "-", "-"]
