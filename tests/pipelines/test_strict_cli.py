@@ -70,6 +70,11 @@ def assert_usage_error(done, *expected):
         ),
         # Passes the type check, fails the parameter's own rule.
         ("pipelines.photon", ["--set", "join.shards=0"], ["must be positive"]),
+        (
+            "pipelines.zeitgeist",
+            ["--set", "detector.max_autocorrelation=1.0"],
+            ["detector.max_autocorrelation must be in [0, 1), got 1.0"],
+        ),
         ("pipelines.photon", ["--pipeline_id", "a#b"], ["without '#'"]),
         ("pipelines.photon", ["--gc_days", "three"], ["--gc_days", "invalid int"]),
     ],
