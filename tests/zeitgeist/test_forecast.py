@@ -630,3 +630,19 @@ def test_a_step_is_alerted_as_early_as_without_it():
         counts[400:430] = [count_at(spreads)] * 30
         assert replay(counts, NO_SEASON, NO_LONE).alerts == [401]
         assert replay(counts, NO_SEASON, plain).alerts == [401]
+
+
+def test_the_window_after_a_new_normal_is_judged_on_its_own_deviation():
+    # The window that ends an excursion carries `new_normal`: the evidence
+    # is dropped, and the next window, predicted from the new normal, owes
+    # nothing to the old one's deviation of 4.
+    state = learned_state()
+    shift = grown_query_window(deviation=4.0)
+    shift.new_normal = True
+    update_confidence(state, shift, DetectorParams())
+    assert state.spike == 0.0
+    after = grown_query_window(deviation=3.0)
+    after.window_start, after.window_end = T0 + WINDOW, T0 + 2 * WINDOW
+    update_confidence(state, after, DetectorParams())
+    assert state.spike == 2.0
+    assert state.previous_deviation_start == T0 + WINDOW

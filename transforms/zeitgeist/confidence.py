@@ -290,8 +290,9 @@ def _innovation(
     first `AUTOCORRELATION_WARMUP_PAIRS` pairs, never below 0 (deviations
     that alternate are not made larger) and at most `max_autocorrelation`:
     a real episode is a run of deviations too, and a rho near 1 would see
-    only its first window. A window after a gap (no adjacent predecessor)
-    has no innovation to take out and is judged on its deviation.
+    only its first window. A window after a gap (no adjacent predecessor),
+    or after the model adopted a new normal, has no innovation to take out
+    and is judged on its deviation.
     """
     deviation = update.deviation
     cap = params.max_autocorrelation
@@ -305,7 +306,12 @@ def _innovation(
     )
     previous = state.previous_deviation
     state.previous_deviation = z
-    state.previous_deviation_start = start
+    if update.new_normal:
+        # The next window is predicted from the new normal: this window's
+        # deviation, from the old one, says nothing about it.
+        state.ClearField("previous_deviation_start")
+    else:
+        state.previous_deviation_start = start
     if not adjacent:
         return deviation
     pairs = state.deviation_pairs
