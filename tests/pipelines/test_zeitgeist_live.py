@@ -310,9 +310,16 @@ def test_the_live_command_runs_on_a_standalone_cluster(tmp_path, spark_cluster):
         "--idle_timeout_seconds=2",
         master=spark_cluster.master_url,
     )
-    _wait_for(lambda: _closed_through(output) >= day_end - 15 * 60_000, 240)
-    job.send_signal(signal.SIGTERM)
-    stdout, stderr = job.communicate(timeout=120)
+    try:
+        _wait_for(lambda: _closed_through(output) >= day_end - 15 * 60_000, 240)
+        job.send_signal(signal.SIGTERM)
+        stdout, stderr = job.communicate(timeout=120)
+    finally:
+        # A job left running would hold the shared cluster's cores, and the
+        # next test on it would wait for them.
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
     assert job.returncode == 0, stderr[-4000:]
     assert "Zeitgeist summary" in stdout
     closed_through = _closed_through(output)
