@@ -58,6 +58,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from typing import NamedTuple
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
@@ -179,8 +180,9 @@ def is_alert(anomaly: Anomaly) -> bool:
     return anomaly.status not in (EpisodeStatus.CLOSED, EpisodeStatus.OPEN_AT_END)
 
 
-def run_all(folder: pathlib.Path, workdir: pathlib.Path) -> dict:
-    everything = load_folder(folder)
+def run_all(everything: list[Series], workdir: pathlib.Path) -> dict:
+    """Every series (a folder's, `load_folder`) through the job, one run per
+    bucket size; per series, its bucket, per-row scores and alert rows."""
     groups: dict[int, list[Series]] = collections.defaultdict(list)
     for series in everything:
         groups[bucket_seconds(series)].append(series)
@@ -224,7 +226,7 @@ def replay(
     return scores, alerts
 
 
-def run_in_process(folder: pathlib.Path, overrides: list[str]) -> dict:
+def run_in_process(everything: list[Series], overrides: list[str]) -> dict:
     """`run_all`'s results from `replay`, with the job's configuration."""
     config = config_loader.apply_overrides(
         config_loader.read(DEFAULT_CONFIG), overrides
@@ -232,7 +234,7 @@ def run_in_process(folder: pathlib.Path, overrides: list[str]) -> dict:
     model = ModelParams(**config["model"])
     detector = DetectorParams(**config["detector"])
     results = {}
-    for series in load_folder(folder):
+    for series in everything:
         bucket_s = bucket_seconds(series)
         scores, alerts = replay(series, bucket_s, model, detector)
         results[series.name] = (series, bucket_s, scores, alerts)
@@ -307,24 +309,25 @@ def per_file_report(
         rows.append((name, len(labelled.scored_windows()), ours, theirs))
     header = f"{'file':<62}{'windows':>8}{'caught':>7}{'false':>6}{'raw':>8}"
     if reference is None:
-        rows.sort(key=lambda row: row[2][2])
+        rows.sort(key=lambda row: row[2].raw)
         return "\n".join(
             [header]
             + [
-                f"{name:<62}{windows:>8}{_figures_text(ours)}"
+                f"{name:<62}{windows:>8}{ours.text()}"
                 for name, windows, ours, _ in rows
             ]
         )
-    rows.sort(key=lambda row: (row[3] is None, row[2][2] - (row[3] or row[2])[2]))
+    # Files the reference has scores for first, the largest loss first.
+    rows.sort(key=lambda row: (row[3] is None, row[2].raw - (row[3] or row[2]).raw))
     header += f"  {reference[0] + ':':<8}{'caught':>7}{'false':>6}{'raw':>8}{'diff':>8}"
     lines = [header]
     for name, windows, ours, theirs in rows:
         compared = (
             f"{'-':>7}{'-':>6}{'-':>8}{'-':>8}"
             if theirs is None
-            else f"{_figures_text(theirs)}{ours[2] - theirs[2]:>+8.2f}"
+            else f"{theirs.text()}{ours.raw - theirs.raw:>+8.2f}"
         )
-        lines.append(f"{name:<62}{windows:>8}{_figures_text(ours)}  {'':<8}{compared}")
+        lines.append(f"{name:<62}{windows:>8}{ours.text()}  {'':<8}{compared}")
     return "\n".join(lines)
 
 
@@ -341,19 +344,25 @@ def _detections(
     return [row for row, score in enumerate(scores) if score >= threshold]
 
 
-def _file_figures(labelled: LabelledFile, detections: list[int]) -> tuple:
-    """(windows caught, false alerts, NAB raw score) of one file's detections."""
+class FileFigures(NamedTuple):
+    """One file's detections judged: windows caught, false alerts (after the
+    probation, outside every window) and NAB raw score."""
+
+    caught: int
+    false_alerts: int
+    raw: float
+
+    def text(self) -> str:
+        return f"{self.caught:>7}{self.false_alerts:>6}{self.raw:>8.2f}"
+
+
+def _file_figures(labelled: LabelledFile, detections: list[int]) -> FileFigures:
     episodes = episode_score(labelled, detections)
-    return (
+    return FileFigures(
         episodes.true_positives,
         episodes.false_positives,
         raw_score_of_detections(labelled, detections),
     )
-
-
-def _figures_text(figures: tuple) -> str:
-    caught, false, raw = figures
-    return f"{caught:>7}{false:>6}{raw:>8.2f}"
 
 
 def _windows(files: dict, names: list[str]) -> int:
@@ -421,7 +430,7 @@ def main() -> int:
     if args.overrides and not args.in_process:
         parser.error("--set is for --in_process runs")
     try:
-        load_folder(args.data)
+        everything = load_folder(args.data)
     except (OSError, ValueError) as exc:
         parser.error(f"{args.data} is not a labelled folder in NAB's layout: {exc}")
     reference = None
@@ -436,10 +445,10 @@ def main() -> int:
         if not detector or not (args.data / f"reference-{detector}").is_dir():
             parser.error(f"no reference-{detector}/ folder in {args.data}")
     if args.in_process:
-        results = run_in_process(args.data, args.overrides)
+        results = run_in_process(everything, args.overrides)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            results = run_all(args.data, pathlib.Path(tmp))
+            results = run_all(everything, pathlib.Path(tmp))
     print(report(results))
     if args.per_file:
         print()

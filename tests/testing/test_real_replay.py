@@ -69,8 +69,8 @@ def folder(tmp_path_factory) -> pathlib.Path:
 @pytest.mark.slow
 def test_in_process_replay_gives_the_jobs_scores_and_alerts(folder, tmp_path):
     benchmark = load_benchmark()
-    job = benchmark.run_all(folder, tmp_path)
-    replayed = benchmark.run_in_process(folder, [])
+    job = benchmark.run_all(load_folder(folder), tmp_path)
+    replayed = benchmark.run_in_process(load_folder(folder), [])
     assert job.keys() == replayed.keys()
     assert any(alerts for _, _, _, alerts in job.values())
     for name, (_, bucket_s, scores, alerts) in job.items():
@@ -85,9 +85,9 @@ def test_in_process_overrides_reach_the_detector(folder):
     # beyond the query's extremes opening an episode on its own, raises no
     # alert and scores lower.
     benchmark = load_benchmark()
-    default = benchmark.run_in_process(folder, [])
+    default = benchmark.run_in_process(load_folder(folder), [])
     deaf = benchmark.run_in_process(
-        folder,
+        load_folder(folder),
         [
             "detector.threshold=1000000.0",
             "detector.lone_sigma=0.0",
@@ -116,7 +116,7 @@ def test_the_report_covers_any_folders_categories(folder, tmp_path):
     labels["quiet/flat.csv"] = []
     (mixed / "windows.json").write_text(json.dumps(labels))
 
-    results = benchmark.run_in_process(mixed, [])
+    results = benchmark.run_in_process(load_folder(mixed), [])
     lines = benchmark.report(results).splitlines()
 
     cat = next(line.split() for line in lines if line.startswith("cat "))
@@ -134,7 +134,7 @@ def test_a_detector_that_never_fires_scores_zero_in_the_report(folder):
     # definition: the report's alerts column must say so.
     benchmark = load_benchmark()
     deaf = benchmark.run_in_process(
-        folder,
+        load_folder(folder),
         [
             "detector.threshold=1000000.0",
             "detector.lone_sigma=0.0",
