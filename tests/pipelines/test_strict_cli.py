@@ -75,6 +75,11 @@ def assert_usage_error(done, *expected):
             ["--set", "detector.max_autocorrelation=1.0"],
             ["detector.max_autocorrelation must be in [0, 1), got 1.0"],
         ),
+        (
+            "pipelines.zeitgeist",
+            ["--set", "detector.novel_margin=-0.05"],
+            ["novel_margin must be >= 0"],
+        ),
         ("pipelines.photon", ["--pipeline_id", "a#b"], ["without '#'"]),
         ("pipelines.photon", ["--gc_days", "three"], ["--gc_days", "invalid int"]),
     ],

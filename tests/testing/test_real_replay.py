@@ -126,6 +126,10 @@ def test_the_report_covers_any_folders_categories(folder, tmp_path):
     assert alerts > 0
     weeks = ROWS * 300 / (7 * 24 * 3600)
     assert float(flat[1]) == pytest.approx(alerts / weeks, abs=0.005)
+    # NAB leaves the first 15 % of the rows unscored (90 of 600): the burst
+    # at row 500 is after it.
+    assert 500 in results["quiet/flat.csv"][3]
+    assert int(flat[2]) == sum(1 for row in results["quiet/flat.csv"][3] if row >= 90)
     assert any(line.startswith("alerts per series per week on quiet") for line in lines)
 
 

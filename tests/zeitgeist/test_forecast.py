@@ -181,8 +181,11 @@ def test_the_tail_forgets_with_its_half_life():
     counts = noisy(4 * DAY)
     counts[350] = 3000
     counts[900] = 2000  # two days later: below the record, above its half
-    assert replay(counts, NO_SEASON).alerts == [350]
-    short = DetectorParams(lone_half_life_hours=12.0)
+    # 2000 is also where the query has never been: the novel-count rule,
+    # left out here, would open an episode at 900 at any half-life.
+    lone = DetectorParams(novel_margin=0.0)
+    assert replay(counts, NO_SEASON, lone).alerts == [350]
+    short = DetectorParams(lone_half_life_hours=12.0, novel_margin=0.0)
     assert replay(counts, NO_SEASON, short).alerts == [350, 900]
 
 
@@ -279,6 +282,74 @@ def test_a_record_broken_by_less_than_the_margin_is_no_alert():
     assert replay(counts, NO_SEASON).alerts == []
     wider = DetectorParams(extreme_margin=0.1)
     assert replay(counts, NO_SEASON, wider).alerts == [500]
+
+
+def with_bursts(windows, burst=2000):
+    """`noisy` counts with a burst of `burst` searches every three hours:
+    the query has had counts near 1000 and at `burst`, nothing between."""
+    counts = noisy(windows)
+    for w in range(40, windows, 36):
+        counts[w] = burst
+    return counts
+
+
+def after_first_day(alerts):
+    """The alerts once the bursts are the query's normal (the second burst,
+    on a young query, is an episode)."""
+    return [w for w in alerts if w >= DAY]
+
+
+def test_a_count_where_the_query_has_never_been_opens_an_episode():
+    counts = with_bursts(2 * DAY)
+    assert counts[500] < 1200
+    counts[500] = 1600  # between its usual counts and its bursts
+    folded = replay(counts, NO_SEASON)
+    # Far from the model, but the bursts keep the lone tail above it, and
+    # it breaks no record: only its novelty for the query raises it.
+    assert folded.deviations[500] > 10
+    assert after_first_day(folded.alerts) == [500]
+    without = replay(counts, NO_SEASON, DetectorParams(novel_margin=0.0))
+    assert after_first_day(without.alerts) == []
+    # The rule belongs to the records': off with them.
+    assert after_first_day(replay(counts, NO_SEASON, NO_EXTREME).alerts) == []
+
+
+def test_a_count_near_one_the_query_has_had_is_not_novel():
+    counts = with_bursts(2 * DAY)
+    counts[500] = 1970  # 30 searches from its bursts: 3 % of its range
+    assert after_first_day(replay(counts, NO_SEASON).alerts) == []
+    closer = DetectorParams(novel_margin=0.02)
+    assert after_first_day(replay(counts, NO_SEASON, closer).alerts) == [500]
+
+
+def test_a_count_the_query_had_once_before_is_not_novel():
+    counts = with_bursts(2 * DAY)
+    counts[300] = counts[500] = 1600  # 300 is after the warm-up
+    folded = replay(counts, NO_SEASON)
+    assert after_first_day(folded.alerts) == [300]  # the first, not the second
+
+
+def test_a_young_query_s_counts_are_not_yet_novel():
+    counts = with_bursts(DAY // 2)
+    counts[100] = 1600
+    assert 100 not in replay(counts, NO_SEASON).alerts
+    no_warmup = DetectorParams(lone_warmup_hours=0.0, extreme_margin=0.0)
+    assert 100 in replay(counts, NO_SEASON, no_warmup).alerts
+    not_novel = dataclasses.replace(no_warmup, novel_margin=0.0)
+    assert 100 not in replay(counts, NO_SEASON, not_novel).alerts
+
+
+def test_a_state_without_visited_counts_starts_them_at_its_next_window():
+    # A DetectorState written before the visited counts: its first window
+    # starts them and is not novel; the first far from it is.
+    state = DetectorState(value_high=9000.0, value_low=1000.0)
+    params = DetectorParams()
+    update = grown_query_window(deviation=5.0)
+    assert update_confidence(state, update, params).kind is None
+    assert state.HasField("visited_bins")
+    update.window_start, update.window_end = T0 + WINDOW, T0 + 2 * WINDOW
+    update.actual = 7000
+    assert update_confidence(state, update, params).kind == "SPIKE"
 
 
 def test_a_young_query_s_extremes_are_not_yet_a_record():

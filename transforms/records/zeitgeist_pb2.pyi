@@ -156,7 +156,7 @@ class Anomaly(_message.Message):
     def __init__(self, query: _Optional[str] = ..., kind: _Optional[_Union[AnomalyKind, str]] = ..., window_start: _Optional[int] = ..., window_end: _Optional[int] = ..., actual: _Optional[int] = ..., expected: _Optional[float] = ..., score: _Optional[float] = ..., revision: _Optional[int] = ..., status: _Optional[_Union[EpisodeStatus, str]] = ..., episode_start: _Optional[int] = ..., episode_end: _Optional[int] = ..., peak_window_start: _Optional[int] = ..., peak_deviation: _Optional[float] = ..., peak_actual: _Optional[int] = ..., peak_expected: _Optional[float] = ..., duration_windows: _Optional[int] = ...) -> None: ...
 
 class DetectorState(_message.Message):
-    __slots__ = ("spike", "dip", "evidence_mean", "last_window_start", "quiet_windows", "episode", "episode_last_abnormal", "deviation_record", "value_high", "value_low", "far_share", "deviation_products", "deviation_squares", "deviation_pairs", "previous_deviation", "previous_deviation_start")
+    __slots__ = ("spike", "dip", "evidence_mean", "last_window_start", "quiet_windows", "episode", "episode_last_abnormal", "deviation_record", "value_high", "value_low", "far_share", "deviation_products", "deviation_squares", "deviation_pairs", "previous_deviation", "previous_deviation_start", "visited_bin_log2", "visited_base", "visited_bins")
     SPIKE_FIELD_NUMBER: _ClassVar[int]
     DIP_FIELD_NUMBER: _ClassVar[int]
     EVIDENCE_MEAN_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +173,9 @@ class DetectorState(_message.Message):
     DEVIATION_PAIRS_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_DEVIATION_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_DEVIATION_START_FIELD_NUMBER: _ClassVar[int]
+    VISITED_BIN_LOG2_FIELD_NUMBER: _ClassVar[int]
+    VISITED_BASE_FIELD_NUMBER: _ClassVar[int]
+    VISITED_BINS_FIELD_NUMBER: _ClassVar[int]
     spike: float
     dip: float
     evidence_mean: float
@@ -189,7 +192,10 @@ class DetectorState(_message.Message):
     deviation_pairs: int
     previous_deviation: float
     previous_deviation_start: int
-    def __init__(self, spike: _Optional[float] = ..., dip: _Optional[float] = ..., evidence_mean: _Optional[float] = ..., last_window_start: _Optional[int] = ..., quiet_windows: _Optional[int] = ..., episode: _Optional[_Union[Anomaly, _Mapping]] = ..., episode_last_abnormal: _Optional[int] = ..., deviation_record: _Optional[float] = ..., value_high: _Optional[float] = ..., value_low: _Optional[float] = ..., far_share: _Optional[float] = ..., deviation_products: _Optional[float] = ..., deviation_squares: _Optional[float] = ..., deviation_pairs: _Optional[int] = ..., previous_deviation: _Optional[float] = ..., previous_deviation_start: _Optional[int] = ...) -> None: ...
+    visited_bin_log2: int
+    visited_base: int
+    visited_bins: bytes
+    def __init__(self, spike: _Optional[float] = ..., dip: _Optional[float] = ..., evidence_mean: _Optional[float] = ..., last_window_start: _Optional[int] = ..., quiet_windows: _Optional[int] = ..., episode: _Optional[_Union[Anomaly, _Mapping]] = ..., episode_last_abnormal: _Optional[int] = ..., deviation_record: _Optional[float] = ..., value_high: _Optional[float] = ..., value_low: _Optional[float] = ..., far_share: _Optional[float] = ..., deviation_products: _Optional[float] = ..., deviation_squares: _Optional[float] = ..., deviation_pairs: _Optional[int] = ..., previous_deviation: _Optional[float] = ..., previous_deviation_start: _Optional[int] = ..., visited_bin_log2: _Optional[int] = ..., visited_base: _Optional[int] = ..., visited_bins: _Optional[bytes] = ...) -> None: ...
 
 class WindowScore(_message.Message):
     __slots__ = ("query", "window_start", "window_end", "actual", "expected", "stddev", "score", "spike_confidence", "dip_confidence", "revision", "history", "deviation")

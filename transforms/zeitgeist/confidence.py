@@ -43,6 +43,12 @@ server's request count at its all-time high, 4.4 spreads out, where the
 CUSUM wants a second window): its deviation alone is not far out enough.
 A record broken by more than `extreme_margin` of the query's range (its
 highest less its lowest count) needs only a deviation beyond the slack.
+With `novel_margin` > 0 the same holds inside the range: a window whose
+count is further than that share of the range from every count the query
+has had (`visited_counts`), and beyond `extreme_sigma` on its side, opens
+an episode alone. A CPU that idles at 0.13 with a daily job at 1.5, and
+one day sits at 0.6, breaks no record and is far less out than its daily
+peaks; it is where the query has never been.
 """
 
 import math
@@ -51,6 +57,7 @@ from typing import NamedTuple
 from transforms.records.zeitgeist_pb2 import DetectorState, ModelUpdate
 from transforms.zeitgeist.forecast import clip
 from transforms.zeitgeist.params import DetectorParams
+from transforms.zeitgeist.visited_counts import visit
 
 # Evidence beyond this many thresholds adds no more to the long-run mean:
 # one long episode must not make a query deaf for days.
@@ -134,6 +141,10 @@ def update_confidence(
             score = max(score, evidence / (evidence + threshold))
     if params.extreme_sigma:
         side = _beyond_extremes(state, update, expected, clipped, params, warming_up)
+        if params.novel_margin:
+            # Judged on every window: each count joins the visited ones.
+            novel = _novel_count(state, update.actual, expected, clipped, params)
+            side = side or (None if warming_up else novel)
         if side is not None and kind is None:
             kind = side
             evidence = max(evidence, threshold)
@@ -227,6 +238,34 @@ def _unexpected_record(
         return True
     margin = params.extreme_margin
     return margin > 0.0 and beyond > margin * span and z > params.slack_sigma
+
+
+def _novel_count(
+    state: DetectorState, count: int, expected: float, z: float, params: DetectorParams
+) -> str | None:
+    """ "SPIKE" or "DIP" (the side of `z`, the clipped deviation) if the
+    window's `count` is further than `novel_margin` of the query's range
+    from every count the query has had, and `z` beats `extreme_sigma` on
+    its side; else None. The count joins the query's visited counts (in
+    place) after it is judged.
+
+    A generalisation of the record (`_beyond_extremes`) to the inside of
+    the range: where the query's counts have never been is as new for it
+    as beyond where they have been. The range is that of the visited
+    counts, so the rule needs no other state. The same guards as the
+    record's: a query expected at least `extreme_min_expected` (and, in
+    the caller, judged for `lone_warmup_hours`).
+    """
+    placement = visit(state, count)
+    if placement is None or expected < params.extreme_min_expected:
+        return None
+    if placement.distance <= params.novel_margin * placement.span:
+        return None
+    if z > params.extreme_sigma and expected >= params.min_expected_for_spike:
+        return "SPIKE"
+    if -z > params.extreme_sigma and expected >= params.min_expected_for_dip:
+        return "DIP"
+    return None
 
 
 def _far_out(

@@ -153,7 +153,11 @@ class DetectorParams:
     search away), and the detector has judged the query for
     `lone_warmup_hours`; or, with `extreme_margin` > 0, when it breaks the
     record by more than that share of the query's range (highest less
-    lowest count) and its deviation beats `slack_sigma`.
+    lowest count) and its deviation beats `slack_sigma`. With `novel_margin`
+    > 0, a window whose count is further than that share of the range from
+    every count the query has had (inside the range as beyond it) opens an
+    episode on the same terms as a record beyond `extreme_sigma`; off with
+    `extreme_sigma` 0.
 
     With `max_autocorrelation` > 0 every rule above but the lone window's
     judges a window's innovation instead of its deviation: the deviation
@@ -180,6 +184,7 @@ class DetectorParams:
     extreme_margin: float = 0.25
     far_surprise: bool = True
     max_autocorrelation: float = 0.3
+    novel_margin: float = 0.05
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_autocorrelation < 1:
@@ -187,10 +192,18 @@ class DetectorParams:
                 "detector.max_autocorrelation must be in [0, 1), got "
                 f"{self.max_autocorrelation}"
             )
-        if min(self.extreme_sigma, self.extreme_min_expected, self.extreme_margin) < 0:
+        if (
+            min(
+                self.extreme_sigma,
+                self.extreme_min_expected,
+                self.extreme_margin,
+                self.novel_margin,
+            )
+            < 0
+        ):
             raise ValueError(
-                "detector.extreme_sigma, extreme_min_expected and extreme_margin"
-                " must be >= 0"
+                "detector.extreme_sigma, extreme_min_expected, extreme_margin"
+                " and novel_margin must be >= 0"
             )
         if self.lone_sigma < 0 or self.lone_warmup_hours < 0:
             raise ValueError("detector.lone_sigma and lone_warmup_hours must be >= 0")
