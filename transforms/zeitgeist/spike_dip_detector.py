@@ -51,8 +51,9 @@ class SpikeDipDetector(beam.DoFn):
     their predecessor; `detector`, the `DetectorState` (evidence, its
     long-run mean, the open episode, the last window scored, the lone
     rule's far tail `deviation_record`, and the query's highest and lowest
-    counts `value_high` and `value_low`, and its share of far windows
-    `far_share`); `recent`, the
+    counts `value_high` and `value_low`, its share of far windows
+    `far_share`, the autocorrelation of its deviations, and the counts it
+    has had, `visited_bins`: at most 128 bytes); `recent`, the
     state before each window within `retain_ms`, so that a late correction
     (revision > 0) is re-scored from where its window started. A correction
     re-scores its own window only, and if that window is now abnormal it
