@@ -41,6 +41,9 @@ def test_distances_stay_within_a_bin_of_brute_force_at_any_scale():
                 assert abs(placement.distance - distance) <= width
                 assert abs(placement.span - span) <= width
             seen.append(count)
+            # Bit 0 is the lowest count's bin, which the span is measured from.
+            assert state.visited_bins[0] & 1
+            assert state.visited_base == min(seen) >> state.visited_bin_log2
             # A bin is a small share of the range the counts span.
             assert width == 1 or width <= (max(seen) - min(seen)) / 500
 

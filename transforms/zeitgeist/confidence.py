@@ -142,9 +142,10 @@ def update_confidence(
     if params.extreme_sigma:
         side = _beyond_extremes(state, update, expected, clipped, params, warming_up)
         if params.novel_margin:
-            # Judged on every window: each count joins the visited ones.
+            # Every count joins the visited ones, a young query's too.
             novel = _novel_count(state, update.actual, expected, clipped, params)
-            side = side or (None if warming_up else novel)
+            if side is None and not warming_up:
+                side = novel
         if side is not None and kind is None:
             kind = side
             evidence = max(evidence, threshold)

@@ -14,7 +14,8 @@ merging each pair of bins into one. So the state stays within
 counts span: distances are exact to within a bin, well below the shares of
 the range the detector asks about. Kept in `DetectorState`
 (`visited_bin_log2`, `visited_base`, `visited_bins`): the bin width's
-exponent, the bin of bit 0, and the bitmap, little-endian.
+exponent, the bin of bit 0 (the lowest bin visited, so bit 0 is always
+set), and the bitmap, little-endian.
 """
 
 from typing import NamedTuple
@@ -45,8 +46,7 @@ def visit(state: DetectorState, count: int) -> Placement | None:
     base = state.visited_base
     index = (count >> shift) - base
     top = bits.bit_length() - 1
-    lowest = (bits & -bits).bit_length() - 1
-    span = float((top - lowest) << shift)
+    span = float(top << shift)
     if 0 <= index <= top and bits >> index & 1:
         return Placement(0.0, span)  # the common case: nothing to write
     placement = Placement(float(_bins_to_nearest(bits, index) << shift), span)
@@ -58,7 +58,7 @@ def _bins_to_nearest(bits: int, index: int) -> int:
     """Bins from bin `index` (not set) to the nearest set bin of `bits`."""
     top = bits.bit_length() - 1
     if index < 0:
-        return (bits & -bits).bit_length() - 1 - index
+        return -index  # bit 0 is set
     if index > top:
         return index - top
     below = bits & ((1 << index) - 1)
