@@ -38,6 +38,8 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
+            # The suite's two workers (pyproject.toml's addopts).
+            "pytest-xdist>=3.5",
             # Property tests (json_line against json.dumps).
             "hypothesis>=6",
             "ruff==0.17.6",
