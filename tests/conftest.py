@@ -32,6 +32,10 @@ def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "beam_suite_on_spark: Beam's test classes, streaming, on SparkRunner"
     )
+    # Marks Beam's own test modules use (its CI reads them); the suites run
+    # here import those modules, and each worker would warn of each mark.
+    for beam_mark in ("no_sickbay_batch", "no_sickbay_streaming", "no_xdist"):
+        config.addinivalue_line("markers", f"{beam_mark}: Beam's own test mark")
 
 
 def pytest_generate_tests(metafunc) -> None:
