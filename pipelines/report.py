@@ -160,7 +160,10 @@ def _plot(episode: Episode, scores: Sequence[WindowScore], window_ms: int) -> st
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     colour = _COLOURS.get(episode.kind, "orange")
-    axes.axvspan(*_utc([episode.start_ms, end]), color=colour, alpha=0.15)
+    # Labelled so that the legend always has an entry, scores or none.
+    axes.axvspan(
+        *_utc([episode.start_ms, end]), color=colour, alpha=0.15, label="episode"
+    )
     if near:
         starts, actual, expected, stddev = _series(near, window_ms)
         axes.plot(starts, actual, color="black", linewidth=1, label="searches")
@@ -180,7 +183,7 @@ def _plot(episode: Episode, scores: Sequence[WindowScore], window_ms: int) -> st
     axes.legend(
         loc="lower left",
         bbox_to_anchor=(0, 1),
-        ncols=3,
+        ncols=4,
         frameon=False,
         fontsize="small",
     )

@@ -211,6 +211,9 @@ def test_records_from_before_episodes_read_as_one_window_episodes(tmp_path):
     ]
 
 
+# Without scores a plot has only the episode's shading: no warning of an
+# empty legend on the user's console.
+@pytest.mark.filterwarnings("error::UserWarning")
 def test_episodes_without_scores_are_still_reported(tmp_path):
     write_job(tmp_path, ANOMALIES[:2], scores=[])
     page = Page(report(tmp_path))
