@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from pipelines import config as config_loader
+from transforms.zeitgeist.params import DetectorParams, ModelParams
 
 T0 = 1_767_571_200_000
 WINDOW = 300_000
@@ -97,3 +98,12 @@ def test_overrides_keep_yaml_types():
     assert config["detector"]["threshold"] == 6
     assert config["window"]["late_policy"] == "correct"
     assert defaults["detector"]["threshold"] == 5.0
+
+
+def test_the_shipped_config_holds_the_transforms_defaults():
+    """A job that builds `Zeitgeist()` in code runs the model and detector
+    the CLI runs: `configs/zeitgeist.yaml`'s sections are the dataclasses'
+    defaults, so a default tuned in one is not left behind in the other."""
+    shipped = config_loader.read(config_loader.CONFIG_DIR / "zeitgeist.yaml")
+    assert ModelParams(**shipped["model"]) == ModelParams()
+    assert DetectorParams(**shipped["detector"]) == DetectorParams()

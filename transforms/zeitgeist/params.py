@@ -71,8 +71,8 @@ class ModelParams:
     error_alpha: float = 0.02
     clip_sigma: float = 4.0
     outlier_weight: float = 0.05
-    excursion_sigma: float = 3.0
-    excursion_exit_sigma: float = 1.5
+    excursion_sigma: float = 2.5
+    excursion_exit_sigma: float = 2.5
     max_excursion_windows: int = 24
     seasonality: str = "auto"
     seasonal_periods: int = 3
