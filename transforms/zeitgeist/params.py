@@ -171,7 +171,7 @@ class DetectorParams:
     max_deviation_sigma: float = 6.0
     burst_tolerance: float = 3.0
     evidence_memory_windows: int = 2000
-    close_after_windows: int = 12
+    close_after_windows: int = 16
     min_expected_for_dip: float = 5.0
     min_expected_for_spike: float = 0.0
     min_history_windows: int = 12
