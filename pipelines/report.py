@@ -65,12 +65,18 @@ _STYLE = (
 
 @dataclass(frozen=True)
 class Episode:
-    """One episode as its records describe it; `end_ms` is None while open."""
+    """One episode as its records describe it.
+
+    `still_open` when the job ended with the episode open: its records are
+    the alert alone (`end_ms` None), or the summary written at the end of
+    the input (`OPEN_AT_END`, `end_ms` the end of its last abnormal window).
+    """
 
     query: str
     kind: int
     start_ms: int
     end_ms: int | None
+    still_open: bool
     peak_ms: int
     peak_actual: int
     peak_expected: float
@@ -100,6 +106,8 @@ def write_report(output: pathlib.Path, window_ms: int, top: int = 20) -> pathlib
 # Records that end an episode, and those of them that come after its alert.
 _SUMMARIES = (EpisodeStatus.CLOSED, EpisodeStatus.AMENDED, EpisodeStatus.OPEN_AT_END)
 _FINAL = (EpisodeStatus.CLOSED, EpisodeStatus.OPEN_AT_END)
+# Records of an episode the job ended with open.
+_OPEN = (EpisodeStatus.OPENED, EpisodeStatus.OPEN_AT_END)
 
 
 def episodes_of(records: Iterable[Anomaly]) -> list[Episode]:
@@ -121,6 +129,7 @@ def episodes_of(records: Iterable[Anomaly]) -> list[Episode]:
             kind=record.kind,
             start_ms=start,
             end_ms=end,
+            still_open=record.status in _OPEN,
             peak_ms=record.peak_window_start or record.window_start,
             peak_actual=record.peak_actual if record.status else record.actual,
             peak_expected=record.peak_expected if record.status else record.expected,
@@ -241,7 +250,8 @@ def _page(
         f"grey band of ±{_BAND_SIGMAS} standard deviations (clipped at zero), "
         "and the episode shaded (red: spike, blue: dip). The peak deviation "
         "is in the query's own spreads of noise, learned from its traffic. "
-        "Times are UTC; an episode still open when the job ended has no end.</p>",
+        "Times are UTC; an episode still open when the job ended is marked "
+        "open, with its end so far (its last abnormal window) when known.</p>",
     ]
     if not shown:
         parts.append("<p>No anomalies were detected.</p>")
@@ -260,7 +270,7 @@ def _page(
 
 def _summary(episodes: Sequence[Episode], queries: int, window_ms: int) -> str:
     kinds = Counter(AnomalyKind.Name(e.kind).lower() for e in episodes)
-    still_open = sum(e.end_ms is None for e in episodes)
+    still_open = sum(e.still_open for e in episodes)
     counts = ", ".join(f"{kinds[k]} {k}s" for k in ("spike", "dip"))
     busiest = Counter(e.query for e in episodes).most_common(5)
     top = ", ".join(f"{html.escape(q)} ({n})" for q, n in busiest) or "none"
@@ -279,7 +289,7 @@ def _table(episodes: Sequence[Episode]) -> str:
             f"<td>{html.escape(e.query)}</td>"
             f"<td>{AnomalyKind.Name(e.kind)}</td>"
             f"<td>{_time(e.start_ms)}</td>"
-            f"<td>{'open' if e.end_ms is None else _time(e.end_ms)}</td>"
+            f"<td>{_end(e)}</td>"
             f'<td class="n">{e.duration_windows or "-"}</td>'
             f"<td>{_time(e.peak_ms)}</td>"
             f'<td class="n">{e.peak_actual}</td>'
@@ -289,6 +299,13 @@ def _table(episodes: Sequence[Episode]) -> str:
         lines.append(f"<tr>{cells}</tr>")
     lines.append("</table>")
     return "\n".join(lines)
+
+
+def _end(episode: Episode) -> str:
+    if episode.end_ms is None:
+        return "open"
+    end = _time(episode.end_ms)
+    return f"{end} (open)" if episode.still_open else end
 
 
 def _time(epoch_ms: int) -> str:

@@ -172,6 +172,20 @@ def test_one_row_and_plot_per_episode_strongest_first(tmp_path):
     assert "Queries with most episodes: alpha (2)" in text
 
 
+def test_an_episode_summarised_at_the_end_of_the_input_is_still_open(tmp_path):
+    # The job ended with beta's dip open: its summary (OPEN_AT_END) carries
+    # the end of its last abnormal window, yet the episode never closed.
+    at_end = closed(BETA, 2, peak_window=13, peak_actual=10, deviation=9.5)
+    at_end.status = EpisodeStatus.OPEN_AT_END
+    write_job(tmp_path, [ALPHA, closed(ALPHA, 3, 11, 190, 9.0), BETA, at_end])
+    page = Page(report(tmp_path))
+    rows = {row[0]: row for row in page.rows if row}
+    assert rows["beta"][3:5] == ["2026-01-05 01:10 (open)", "2"]
+    assert rows["alpha"][3] == "2026-01-05 01:05"
+    text = "".join(page.text)
+    assert "2 episodes (1 spikes, 1 dips; 1 still open)" in text
+
+
 def test_top_limits_the_episodes(tmp_path):
     write_job(tmp_path, ANOMALIES)
     page = Page(report(tmp_path, top=2))
@@ -272,7 +286,7 @@ def test_an_episode_open_at_the_end_of_the_input_shows_its_end_so_far(tmp_path):
             "alpha",
             "SPIKE",
             "2026-01-05 00:50",
-            "2026-01-05 01:10",
+            "2026-01-05 01:10 (open)",
             "4",
             "2026-01-05 01:00",
             "200",
