@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import pathlib
 import signal
 import threading
 import time
@@ -77,6 +78,16 @@ def require_follow_runner(options: PipelineOptions) -> None:
             f"such as --runner=SparkRunner; Beam's {name or 'DirectRunner'} "
             "cannot follow a directory"
         )
+
+
+def resumes(options: PipelineOptions) -> bool:
+    """Whether the job resumes a checkpoint: `--checkpoint_dir` names a
+    directory that a run has already written to. A live generator then goes
+    on beside what the job has read, rather than starting again."""
+    from runners.spark.options import SparkOptions
+
+    checkpoint = options.view_as(SparkOptions).checkpoint_dir
+    return bool(checkpoint) and any(pathlib.Path(checkpoint).glob("*"))
 
 
 def run_until_stopped(

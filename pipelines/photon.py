@@ -306,7 +306,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     with cli.usage_errors():  # a generator setting it cannot honour
         if live_generated:
             generated, player, queries, clicks = photon_live.start_live_generator(
-                config, output
+                config, output, live.resumes(options)
             )
             follow = dataclasses.replace(
                 follow, max_disorder_seconds=photon_live.LIVE_DISORDER_SECONDS

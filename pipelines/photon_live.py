@@ -26,23 +26,37 @@ _log = logging.getLogger("pipelines.photon")
 LIVE_DISORDER_SECONDS = 1.0
 
 
-def start_live_generator(config: config_loader.Config, output: pathlib.Path):
+def start_live_generator(
+    config: config_loader.Config, output: pathlib.Path, resume: bool
+):
     """Starts playing the configured logs in real time under
     OUTPUT/generated/live/; returns the logs, their player, and the query
-    and click patterns to follow."""
-    from testing.live_player import LivePlayer
-    from testing.photon_live import feeds, live_logs
+    and click patterns to follow.
 
+    A job that `resume`s its checkpoint has read part of the folders: their
+    files stay, and this run's logs, from a seed and with ids of their own
+    (a click id the job has joined must not come again as a new click), are
+    played beside them. A job that starts afresh would read an earlier
+    run's files as input: they are deleted first.
+    """
+    from testing.live_player import LivePlayer, clear_played, next_file_number
+    from testing.photon_live import feed_directories, feeds, live_logs
+
+    folder = output / "generated" / "live"
     settings = config["generator"]
+    directories = feed_directories(folder)
+    run_offset = max(next_file_number(d) for d in directories) if resume else 0
+    if not resume and (cleared := sum(clear_played(d) for d in directories)):
+        _log.info("deleted %d generated files of an earlier run in %s", cleared, folder)
     logs = live_logs(
         rate=float(settings["rate"]),
         minutes=float(settings["live_minutes"]),
-        seed=int(settings["seed"]),
+        seed=int(settings["seed"]) + run_offset,
+        id_prefix=f"r{run_offset}-" if run_offset else "",
         duplicate_fraction=float(settings["duplicate_fraction"]),
         orphan_fraction=float(settings["orphan_fraction"]),
         late_query_fraction=float(settings["late_query_fraction"]),
     )
-    folder = output / "generated" / "live"
     played = feeds(logs, folder)
     _log.info(
         "playing %d queries and %d clicks live at about %g clicks/s into %s",
@@ -78,7 +92,10 @@ def status_line(totals: dict[str, int], elapsed_s: float, watermark: str) -> str
 
 def live_truth_check(output: pathlib.Path, logs, played_through_ms: int) -> str:
     """The written joins against the clicks played: a click is due once it
-    and its query have both been played (it may still be in flight)."""
+    and its query have both been played (it may still be in flight). The
+    outputs hold the joins of the runs this one resumes too: each click is
+    checked to be output once over all of them, and the rest is checked on
+    this run's clicks."""
     queries_played = {
         q.query_id
         for q, arrived in zip(logs.queries, logs.query_arrivals, strict=True)
@@ -92,11 +109,12 @@ def live_truth_check(output: pathlib.Path, logs, played_through_ms: int) -> str:
         and c.query_id in queries_played
     }
     joined = [j.click.click_id for j in read_output(output, JOINED, JoinedClick)]
+    played = {c.click_id for c in logs.clicks}
     rows = [
         ("joinable clicks played", len(due)),
         ("joined exactly once", len(due & set(joined))),
         ("not joined yet", len(due - set(joined))),
         ("output more than once", len(joined) - len(set(joined))),
-        ("joined but not joinable", len(set(joined) - set(logs.joinable))),
+        ("joined but not joinable", len((set(joined) & played) - set(logs.joinable))),
     ]
     return format_table("Against the played truth", rows)

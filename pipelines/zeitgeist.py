@@ -269,9 +269,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     output = pathlib.Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     player = stream = None
+    resume = live.resumes(options)
     with cli.usage_errors():  # a generator setting it cannot honour
         if live_generated:
-            stream, player, inputs = zeitgeist_live.start_live_generator(config, output)
+            stream, player, inputs = zeitgeist_live.start_live_generator(
+                config, output, resume
+            )
             follow = dataclasses.replace(
                 follow, max_disorder_seconds=zeitgeist_live.LIVE_DISORDER_SECONDS
             )
@@ -314,13 +317,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         config["live"]["status_seconds"],
     )
     if player is not None:
-        from testing.zeitgeist_generator import write_episodes
-        from testing.zeitgeist_live import episodes_played
-
         player.stop()
-        # The ground truth of a live run: the episodes it played whole.
-        played = episodes_played(stream, player.played_through_ms)
-        write_episodes(played, output / "generated" / "episodes.json")
+        zeitgeist_live.write_played_episodes(
+            stream, player.played_through_ms, output, resume
+        )
     print(summary(result, time.monotonic() - started, output))
     if generated:
         print()

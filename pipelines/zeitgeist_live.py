@@ -20,22 +20,33 @@ _log = logging.getLogger("pipelines.zeitgeist")
 LIVE_DISORDER_SECONDS = 1.0
 
 
-def start_live_generator(config: config_loader.Config, output: pathlib.Path):
+def start_live_generator(
+    config: config_loader.Config, output: pathlib.Path, resume: bool
+):
     """Starts playing the configured synthetic stream in real time into
     OUTPUT/generated/live/; returns the stream, its player and the pattern
-    to follow."""
-    from testing.live_player import LivePlayer
+    to follow.
+
+    A job that `resume`s its checkpoint has read part of the folder: the
+    files stay, and this run's stream, from a seed of its own (so its
+    record ids are new), is played beside them. A job that starts afresh
+    would read an earlier run's files as input: they are deleted first.
+    """
+    from testing.live_player import LivePlayer, clear_played, next_file_number
     from testing.zeitgeist_live import live_stream, stream_feed
 
+    folder = output / "generated" / "live"
     settings = config["generator"]
+    run_offset = next_file_number(folder) if resume else 0
+    if not resume and (cleared := clear_played(folder)):
+        _log.info("deleted %d generated files of an earlier run in %s", cleared, folder)
     stream = live_stream(
         rate=float(settings["rate"]),
         window_ms=int(config["window"]["size_seconds"] * 1000),
         minutes=float(settings["live_minutes"]),
         num_queries=int(settings["num_queries"]),
-        seed=int(settings["seed"]),
+        seed=int(settings["seed"]) + run_offset,
     )
-    folder = output / "generated" / "live"
     _log.info(
         "playing %d generated records over %d queries live at about %g/s, "
         "%d episodes, into %s",
@@ -47,6 +58,20 @@ def start_live_generator(config: config_loader.Config, output: pathlib.Path):
     )
     player = LivePlayer([stream_feed(stream, folder)]).start()
     return stream, player, [str(folder / "*.jsonl")]
+
+
+def write_played_episodes(
+    stream, played_through_ms: int, output: pathlib.Path, resume: bool
+) -> None:
+    """The ground truth of a live run, OUTPUT/generated/episodes.json: the
+    episodes it played whole, after those of the runs it resumes (their
+    anomalies are in the same outputs)."""
+    from testing.zeitgeist_generator import load_episodes, write_episodes
+    from testing.zeitgeist_live import episodes_played
+
+    path = output / "generated" / "episodes.json"
+    earlier = load_episodes(path) if resume and path.exists() else []
+    write_episodes([*earlier, *episodes_played(stream, played_through_ms)], path)
 
 
 def status_line(totals: dict[str, int], elapsed_s: float, watermark: str) -> str:

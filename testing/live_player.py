@@ -5,7 +5,11 @@ times. `LivePlayer` plays one or more feeds at once: every `tick_seconds`,
 the records of each feed whose arrival time has passed become one JSON Lines
 file in its directory, written under a hidden name and renamed into place,
 so a followed directory (`transforms.records.follow`) sees what a live feed
-would send and never a file half written.
+would send and never a file half written. A followed directory reads each
+file name once, so a player numbers its files on from the highest already
+in the directory: started again over a folder a job goes on following, it
+adds files and never rewrites one. `clear_played` empties a directory of
+played files for a job that starts afresh.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import pathlib
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+
+_PLAYED = re.compile(r"^live-(\d+)\.jsonl$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +66,9 @@ class LivePlayer:
         )
 
     def start(self) -> LivePlayer:
-        for feed in self._feeds:
+        for i, feed in enumerate(self._feeds):
             feed.directory.mkdir(parents=True, exist_ok=True)
+            self._files[i] = next_file_number(feed.directory)
         self._thread.start()
         return self
 
@@ -80,9 +88,44 @@ class LivePlayer:
         end = bisect.bisect_right(feed.arrival_ms, now_ms)
         if end <= self._played[i]:
             return
-        name = f"live-{self._files[i]:08d}.jsonl"
+        name = _played_name(self._files[i])
         hidden = feed.directory / f".{name}"
         feed.write(hidden, slice(self._played[i], end))
         hidden.rename(feed.directory / name)
         self._files[i] += 1
         self._played[i] = end
+
+
+def clear_played(directory: pathlib.Path) -> int:
+    """Deletes the files a player wrote into `directory` (whole or half
+    written); returns how many it deleted."""
+    if not directory.is_dir():
+        return 0
+    found = [
+        path
+        for path in directory.iterdir()
+        if _PLAYED.match(path.name.removeprefix("."))
+    ]
+    for path in found:
+        path.unlink()
+    return len(found)
+
+
+def next_file_number(directory: pathlib.Path) -> int:
+    """The number of the next file a player writes into `directory`: one
+    past the highest played there (0 for none)."""
+    if not directory.is_dir():
+        return 0
+    return 1 + max(_played_numbers(directory), default=-1)
+
+
+def _played_name(number: int) -> str:
+    return f"live-{number:08d}.jsonl"
+
+
+def _played_numbers(directory: pathlib.Path) -> list[int]:
+    return [
+        int(match.group(1))
+        for path in directory.iterdir()
+        if (match := _PLAYED.match(path.name))
+    ]

@@ -63,6 +63,9 @@ class PhotonSpec:
     old_clicks: int = 0
     old_age_days: int = 10
     bad_lines: int = 0
+    # Begins every query, click and record id: logs generated for one job
+    # at different times (a live run that resumes) must not share ids.
+    id_prefix: str = ""
 
     @property
     def clicks_per_query(self) -> float:
@@ -132,7 +135,7 @@ def generate(spec: PhotonSpec = PhotonSpec(), seed: int = 0) -> PhotonLogs:
         queries.append((_query_arrival(rng, spec, query), query))
         count = 1 if old else _click_count(rng, spec.mean_clicks_per_query)
         for k in range(count):
-            click = _click(rng, spec, query, f"c{n}-{k}")
+            click = _click(rng, spec, query, f"{spec.id_prefix}c{n}-{k}")
             if old:
                 logs.too_old.add(click.click_id)
             else:
@@ -140,8 +143,10 @@ def generate(spec: PhotonSpec = PhotonSpec(), seed: int = 0) -> PhotonLogs:
             clicks.append((_click_arrival(rng, spec, click), click))
     orphans = round(spec.orphan_fraction * len(clicks))
     for n in range(orphans):
-        ghost = QueryEvent(query_id=f"ghost{n}", event_time=_served_at(rng, spec))
-        click = _click(rng, spec, ghost, f"orphan{n}")
+        ghost = QueryEvent(
+            query_id=f"{spec.id_prefix}ghost{n}", event_time=_served_at(rng, spec)
+        )
+        click = _click(rng, spec, ghost, f"{spec.id_prefix}orphan{n}")
         logs.orphans.add(click.click_id)
         clicks.append((_click_arrival(rng, spec, click), click))
     clicks += _duplicates(rng, spec, clicks)
@@ -162,12 +167,12 @@ def _served_at(rng: random.Random, spec: PhotonSpec) -> int:
 def _query(rng: random.Random, spec: PhotonSpec, n: int, old: bool) -> QueryEvent:
     served = _served_at(rng, spec) - (spec.old_age_days * DAY_MS if old else 0)
     return QueryEvent(
-        query_id=f"q{n}",
+        query_id=f"{spec.id_prefix}q{n}",
         event_time=served,
         query_text=f"query text {rng.randrange(50)}",
         advertiser_id=f"adv{rng.randrange(20)}",
         ad_id=f"ad{rng.randrange(100)}",
-        record_id=f"qr{n}",
+        record_id=f"{spec.id_prefix}qr{n}",
     )
 
 

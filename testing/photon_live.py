@@ -27,12 +27,17 @@ _MAX_CLICK_LOG_DELAY_MS = 1_000
 
 
 def live_logs(
-    rate: float, minutes: float, seed: int, now_ms: int | None = None, **troubles
+    rate: float,
+    minutes: float,
+    seed: int,
+    now_ms: int | None = None,
+    id_prefix: str = "",
+    **troubles,
 ) -> PhotonLogs:
     """Logs of about `rate` click records a second for `minutes`, from
-    `now_ms` (the wall clock by default); `troubles` are `PhotonSpec`'s
-    fractions (`duplicate_fraction`, `orphan_fraction`,
-    `late_query_fraction`)."""
+    `now_ms` (the wall clock by default), their ids starting with
+    `id_prefix`; `troubles` are `PhotonSpec`'s fractions
+    (`duplicate_fraction`, `orphan_fraction`, `late_query_fraction`)."""
     if rate <= 0 or minutes <= 0:
         raise ValueError(f"rate and minutes must be positive, got {rate}, {minutes}")
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -43,6 +48,7 @@ def live_logs(
         max_click_delay_ms=_MAX_CLICK_DELAY_MS,
         max_query_log_delay_ms=_MAX_QUERY_LOG_DELAY_MS,
         max_click_log_delay_ms=_MAX_CLICK_LOG_DELAY_MS,
+        id_prefix=id_prefix,
         **troubles,
     )
     clicks = rate * duration_ms / 1000
@@ -62,7 +68,13 @@ def feeds(logs: PhotonLogs, directory: pathlib.Path) -> list[Feed]:
 
         return write
 
+    queries, clicks = feed_directories(directory)
     return [
-        Feed(directory / "queries", logs.query_arrivals, writer(logs.queries)),
-        Feed(directory / "clicks", logs.click_arrivals, writer(logs.clicks)),
+        Feed(queries, logs.query_arrivals, writer(logs.queries)),
+        Feed(clicks, logs.click_arrivals, writer(logs.clicks)),
     ]
+
+
+def feed_directories(directory: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    """Where `feeds` plays the query log and the click log."""
+    return directory / "queries", directory / "clicks"

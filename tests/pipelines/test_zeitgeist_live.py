@@ -4,6 +4,7 @@ local Spark and on a standalone cluster; a dip is reported while the job
 runs; the command stops cleanly on SIGTERM and resumes from its checkpoint
 without counting a window twice."""
 
+import collections
 import json
 import os
 import pathlib
@@ -336,37 +337,67 @@ def _closed_through(output) -> int:
     return max(ends, default=0)
 
 
-def test_the_live_generator_plays_searches_until_stopped(tmp_path):
+def test_the_live_generator_plays_until_stopped_and_a_restart_goes_on(tmp_path):
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     output = tmp_path / "live"
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pipelines.zeitgeist",
-            "--streaming",
-            *("--output", str(output)),
-            *("--window_seconds", "2", "--rate", "300", "--num_queries", "10"),
-            "--write_window_counts",
-            "--runner=SparkRunner",
-            "--spark_master_url=local[2]",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    # Window counts of searches stamped with the wall clock, while it runs.
-    _wait_for_more_counts(output, 0, timeout_s=180)
-    job.send_signal(signal.SIGINT)
-    stdout, stderr = job.communicate(timeout=120)
-    assert job.returncode == 0, stderr[-4000:]
+    played = output / "generated" / "live"
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.zeitgeist",
+        "--streaming",
+        *("--output", str(output)),
+        *("--window_seconds", "2", "--rate", "300", "--num_queries", "10"),
+        "--write_window_counts",
+        "--runner=SparkRunner",
+        "--spark_master_url=local[2]",
+        f"--checkpoint_dir={tmp_path / 'checkpoint'}",
+    ]
+
+    def run_until_counted(than: int) -> str:
+        job = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        # Window counts of searches stamped with the wall clock, while it runs.
+        _wait_for_more_counts(output, than, timeout_s=180)
+        job.send_signal(signal.SIGINT)
+        stdout, stderr = job.communicate(timeout=120)
+        assert job.returncode == 0, stderr[-4000:]
+        assert "Zeitgeist summary" in stdout and "precision" in stdout
+        return stderr
+
+    stderr = run_until_counted(0)
     counts = _window_counts(output)
     assert counts, stderr[-4000:]
     assert all(abs(start / 1000 - time.time()) < 600 for _, start, _ in counts)
-    assert "Zeitgeist summary" in stdout and "precision" in stdout
-    played = list((output / "generated" / "live").glob("live-*.jsonl"))
-    assert played and (output / "generated" / "episodes.json").exists()
+    assert (output / "generated" / "episodes.json").exists()
+    first_run = {path.name: path.read_bytes() for path in played.glob("live-*.jsonl")}
+    assert first_run
+
+    # The same command resumes: the job has read the first run's files,
+    # and the generator's new files must be new names, or they go unread.
+    resumed_at_ms = time.time() * 1000
+    stderr = run_until_counted(len(counts))
+    assert {
+        path.name: path.read_bytes()
+        for path in played.glob("live-*.jsonl")
+        if path.name in first_run
+    } == first_run
+    searches = collections.Counter(
+        (record["query"], record["event_time"] - record["event_time"] % 2000)
+        for path in played.glob("live-*.jsonl")
+        if path.name not in first_run
+        for record in map(json.loads, path.read_text().splitlines())
+    )
+    assert searches
+    second = [
+        (query, start, count)
+        for query, start, count in _window_counts(output)
+        if start >= resumed_at_ms
+    ]
+    assert second, stderr[-4000:]
+    # Every window of the second run counts every search played into it.
+    assert [(q, s, searches[q, s]) for q, s, _ in second] == second
 
 
 def test_a_sigkill_mid_stream_and_a_restart_lose_nothing_and_repeat_nothing(tmp_path):

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from testing.live_player import LivePlayer
+from testing.live_player import Feed, LivePlayer, clear_played, next_file_number
+from testing.photon_live import live_logs
 from testing.zeitgeist_live import live_stream, stream_feed
 
 
@@ -56,3 +57,39 @@ def test_the_player_writes_each_record_once_when_its_arrival_time_comes(tmp_path
         for (_, written), arrival in zip(records, arrivals, strict=True)
     )
     assert len(list((tmp_path / "inbox").glob("live-*.jsonl"))) > 1
+
+
+def test_a_player_started_again_numbers_its_files_on_and_rewrites_none(tmp_path):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "live-00000007.jsonl").write_text("earlier\n")
+    (inbox / "notes.jsonl").write_text("not played\n")
+    records = ["a", "b"]
+
+    def write(path, part):
+        path.write_text("".join(r + "\n" for r in records[part]))
+
+    feed = Feed(inbox, [0, 0], write)
+    player = LivePlayer([feed], tick_seconds=0.05).start()
+    deadline = time.monotonic() + 10
+    while not player.finished and time.monotonic() < deadline:
+        time.sleep(0.05)
+    player.stop()
+    assert (inbox / "live-00000007.jsonl").read_text() == "earlier\n"
+    assert (inbox / "live-00000008.jsonl").read_text() == "a\nb\n"
+    assert next_file_number(inbox) == 9
+
+    (inbox / ".live-00000009.jsonl").write_text("half written")
+    assert clear_played(inbox) == 3
+    assert sorted(p.name for p in inbox.iterdir()) == ["notes.jsonl"]
+    assert next_file_number(inbox) == 0
+
+
+def test_photon_logs_of_a_resumed_run_have_ids_of_their_own():
+    first = live_logs(rate=50, minutes=0.1, seed=3, now_ms=0)
+    later = live_logs(rate=50, minutes=0.1, seed=3, now_ms=0, id_prefix="r9-")
+    assert {c.click_id for c in later.clicks} == {
+        "r9-" + c.click_id for c in first.clicks
+    }
+    assert all(q.query_id.startswith("r9-") for q in later.queries)
+    assert all(q.record_id.startswith("r9-") for q in later.queries)
