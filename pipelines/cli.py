@@ -29,7 +29,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import console
 from pipelines.config import ConfigError
-from pipelines.runner_choice import choose_runner
+from pipelines.runner_choice import choose_runner, warn_of_ignored_spark_flags
 
 USAGE_ERROR_STATUS = 2
 JOB_FAILED_STATUS = 1
@@ -56,13 +56,34 @@ class Parser(argparse.ArgumentParser):
     ) -> tuple[argparse.Namespace, list[str]]:
         """The command's flags and Beam's; `UsageError` for any other flag
         or a stray positional argument."""
-        parsed, rest = super().parse_known_args(args, namespace)
-        choose_runner(rest)  # imports the chosen runner, registering its options
+        try:
+            parsed, rest = super().parse_known_args(args, namespace)
+        except UsageError:
+            # argparse names a missing required flag before a flag it does
+            # not know, and that flag mistyped (`--outptu`) is the likelier
+            # mistake: the unknown one is named first.
+            self._refuse_unknown(self._leftover_without_required(args, namespace))
+            raise
+        self._refuse_unknown(rest)
+        warn_of_ignored_spark_flags(rest)
+        return parsed, rest
+
+    def _leftover_without_required(self, args, namespace) -> list[str]:
+        required = [a for a in self._actions if a.required]
+        for action in required:
+            action.required = False
+        try:
+            return super().parse_known_args(args, namespace)[1]
+        finally:
+            for action in required:
+                action.required = True
+
+    def _refuse_unknown(self, beam_args: list[str]) -> None:
+        choose_runner(beam_args)  # imports the chosen runner, registering its options
         beam_parser = _beam_parser()
-        _, unknown = beam_parser.parse_known_args(rest)
+        _, unknown = beam_parser.parse_known_args(beam_args)
         if unknown:
             raise UsageError(_unknown_message(unknown[0], self, beam_parser))
-        return parsed, rest
 
 
 def _beam_parser() -> argparse.ArgumentParser:

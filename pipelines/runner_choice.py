@@ -3,14 +3,20 @@
 Beam's own SparkRunner downloads a Java job server bundling Spark 3; ours runs
 on PySpark 4 in Python. `--runner=SparkRunner` picks ours unless the user
 points at a Java job server (`--job_endpoint` or `--spark_job_server_jar`),
-which only Beam's runner can use.
+which only Beam's runner can use. Our runner's own options (`--spark_*`,
+`--checkpoint_dir`) given to a job that runs on Beam's local runners are
+ignored by them: a warning says so.
 """
 
+import logging
 from collections.abc import Sequence
 
 from apache_beam.runners.runner import PipelineRunner
 
+_log = logging.getLogger("pipelines.runner_choice")
 _JAVA_ONLY_FLAGS = ("--job_endpoint", "--spark_job_server_jar")
+# Runners that read none of our SparkRunner's options (None: Beam's default).
+_LOCAL_RUNNERS = (None, "directrunner", "bundlebaseddirectrunner", "fnapirunner")
 
 
 def choose_runner(beam_args: Sequence[str]) -> tuple[PipelineRunner | None, list[str]]:
@@ -27,6 +33,28 @@ def choose_runner(beam_args: Sequence[str]) -> tuple[PipelineRunner | None, list
     from runners.spark import SparkRunner
 
     return SparkRunner(), rest
+
+
+def warn_of_ignored_spark_flags(beam_args: Sequence[str]) -> None:
+    """Logs a warning naming our SparkRunner's options among `beam_args`
+    when the job runs on one of Beam's local runners, which ignore them."""
+    name, rest = _pop_runner(list(beam_args))
+    if (name.lower() if name else None) not in _LOCAL_RUNNERS:
+        return
+    ignored = sorted(
+        {
+            flag
+            for flag in (arg.split("=", 1)[0] for arg in rest)
+            if flag.startswith("--spark_") or flag == "--checkpoint_dir"
+        }
+    )
+    if ignored:
+        _log.warning(
+            "%s: options of --runner=SparkRunner; this job runs on Beam's %s, "
+            "which ignores them",
+            ", ".join(ignored),
+            name or "DirectRunner",
+        )
 
 
 def _pop_runner(args: list[str]) -> tuple[str | None, list[str]]:

@@ -90,6 +90,26 @@ def test_mistakes_are_one_line_and_exit_2(module, args, expected, tmp_path):
     assert not (tmp_path / "out").exists(), "nothing may run before the check"
 
 
+@pytest.mark.parametrize(
+    ("module", "args", "expected"),
+    [
+        ("pipelines.zeitgeist", ["--outptu", "x"], "did you mean --output?"),
+        ("pipelines.photon_verify", ["--output", "x", "--joinedd", "j"], "--joined?"),
+    ],
+)
+def test_a_mistyped_required_flag_is_named_not_reported_missing(module, args, expected):
+    # argparse would report the required flag as missing, not the typo.
+    done = run_cli(module, *args)
+    assert_usage_error(done, f"unknown flag {args[-2]}", expected)
+
+
+def test_a_missing_required_flag_is_still_reported():
+    assert_usage_error(
+        run_cli("pipelines.photon_verify", "--output", "x"),
+        "the following arguments are required: --joined",
+    )
+
+
 def test_input_globs_that_match_nothing_are_errors(tmp_path):
     (tmp_path / "q.jsonl").write_text("")
     empty = str(tmp_path / "missing" / "*.jsonl")
