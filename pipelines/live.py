@@ -32,6 +32,8 @@ from pipelines.summary import counter_totals
 _log = logging.getLogger("pipelines.live")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _POLL_MS = 200
+# The counter every reader adds its records to ("namespace/name").
+RECORDS_READ = "millwheel.records/records_read"
 
 
 @contextlib.contextmanager
@@ -120,28 +122,36 @@ def run_until_stopped(
 def run_job(
     pipeline: Pipeline,
     streaming: bool,
-    status_line: Callable[[dict[str, int], float, str], str],
+    status_line: Callable[[dict[str, int], str, str], str],
     namespaces: tuple[str, ...],
     status_seconds: float,
 ) -> PipelineResult:
     """Runs a command's `pipeline`: a batch job to its end; a streaming one
     until it ends or is stopped (`run_until_stopped`), logging
-    `status_line(totals, elapsed_s, watermark)` from the committed counters
-    of `namespaces`."""
+    `status_line(totals, rate, watermark)` from the committed counters of
+    `namespaces`, `read_rate`'s text and the watermark's."""
     if not streaming:
         result = pipeline.run()
         result.wait_until_finish()
         return result
-    started = time.monotonic()
-    return run_until_stopped(
-        pipeline.run,
-        lambda result: status_line(
-            counter_totals(result, namespaces),
-            time.monotonic() - started,
-            watermark_lag(result),
-        ),
-        status_seconds,
-    )
+    # The counters of a resumed job include its earlier runs' records: the
+    # rate is taken between two status lines, never over the whole total.
+    previous: list[tuple[float, int]] = []
+
+    def status(result: PipelineResult) -> str:
+        totals = counter_totals(result, namespaces)
+        now, records = time.monotonic(), totals.get(RECORDS_READ, 0)
+        rate = read_rate(previous[0], (now, records)) if previous else ""
+        previous[:] = [(now, records)]
+        return status_line(totals, rate, watermark_lag(result))
+
+    return run_until_stopped(pipeline.run, status, status_seconds)
+
+
+def read_rate(earlier: tuple[float, int], later: tuple[float, int]) -> str:
+    """ " (N/s)": records read per second between two (time, records read)."""
+    elapsed = later[0] - earlier[0]
+    return f" ({(later[1] - earlier[1]) / max(elapsed, 1e-9):.0f}/s)"
 
 
 def watermark_lag(result: PipelineResult) -> str:

@@ -14,6 +14,7 @@ import logging
 import pathlib
 
 from pipelines import config as config_loader
+from pipelines.live import RECORDS_READ
 from pipelines.outputs import read_output
 from pipelines.summary import format_table
 from transforms.photon import JOINED
@@ -70,10 +71,11 @@ def start_live_generator(
     return logs, player, [queries], [clicks]
 
 
-def status_line(totals: dict[str, int], elapsed_s: float, watermark: str) -> str:
+def status_line(totals: dict[str, int], rate: str, watermark: str) -> str:
     """One line on a running job, from its committed batches' counters
-    (`totals`, by "namespace/name") and the runner's `watermark` text."""
-    records = totals.get("millwheel.records/records_read", 0)
+    (`totals`, by "namespace/name"), the read `rate`'s text and the
+    runner's `watermark` text."""
+    records = totals.get(RECORDS_READ, 0)
     photon = {
         name.split("/", 1)[1]: value
         for name, value in totals.items()
@@ -83,7 +85,7 @@ def status_line(totals: dict[str, int], elapsed_s: float, watermark: str) -> str
         "unjoinable_older_than_gc_horizon", 0
     )
     return (
-        f"{records} records read ({records / max(elapsed_s, 1e-9):.0f}/s), "
+        f"{records} records read{rate}, "
         f"{photon.get('clicks_joined', 0)} clicks joined, "
         f"{photon.get('wasted_joins', 0)} wasted, {unjoinable} unjoinable"
         f"{watermark}"

@@ -13,6 +13,7 @@ import logging
 import pathlib
 
 from pipelines import config as config_loader
+from pipelines.live import RECORDS_READ
 
 _log = logging.getLogger("pipelines.zeitgeist")
 
@@ -74,16 +75,17 @@ def write_played_episodes(
     write_episodes([*earlier, *episodes_played(stream, played_through_ms)], path)
 
 
-def status_line(totals: dict[str, int], elapsed_s: float, watermark: str) -> str:
+def status_line(totals: dict[str, int], rate: str, watermark: str) -> str:
     """One line on a running job, from its committed batches' counters
-    (`totals`, by "namespace/name") and the runner's `watermark` text."""
-    records = totals.get("millwheel.records/records_read", 0)
+    (`totals`, by "namespace/name"), the read `rate`'s text and the
+    runner's `watermark` text."""
+    records = totals.get(RECORDS_READ, 0)
     opened = totals.get("millwheel.zeitgeist/spikes_detected", 0) + totals.get(
         "millwheel.zeitgeist/dips_detected", 0
     )
     closed = totals.get("millwheel.zeitgeist/episodes_closed", 0)
     return (
-        f"{records} records read ({records / max(elapsed_s, 1e-9):.0f}/s), "
+        f"{records} records read{rate}, "
         f"{totals.get('millwheel.zeitgeist/windows_emitted', 0)} windows, "
         f"{opened - closed} open episodes, "
         f"{totals.get('millwheel.zeitgeist/late_records', 0)} late records"
