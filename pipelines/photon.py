@@ -254,6 +254,25 @@ def summary(result, token: str, elapsed_s: float, output: pathlib.Path) -> str:
     return format_table("Photon summary", rows)
 
 
+def gc_horizon_warning(totals: dict[str, int], registry: RegistryParams) -> str | None:
+    """A warning when most clicks were too old to join: logs replayed long
+    after they were written are older than the GC horizon by the wall clock,
+    and their clicks are counted and set aside, not joined."""
+    too_old = totals.get("millwheel.photon/unjoinable_older_than_gc_horizon", 0)
+    joined = totals.get("millwheel.photon/clicks_joined", 0)
+    if too_old <= joined:
+        return None
+    clock = (
+        "the wall clock" if registry.now_ms is None else f"--now_ms {registry.now_ms}"
+    )
+    return (
+        f"{too_old} clicks were older than the GC horizon ({registry.gc_days} "
+        f"days before {clock}) and not joined, against {joined} joined; to "
+        "replay old logs, set the age clock near their time with --now_ms "
+        "(epoch milliseconds)"
+    )
+
+
 def truth_check(output: pathlib.Path, logs) -> str:
     """The written joins and unjoinables against the generator's truth."""
     joined = [j.click.click_id for j in read_output(output, JOINED, JoinedClick)]
@@ -350,6 +369,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     if player is not None:
         player.stop()
     print(summary(result, token, elapsed, output))
+    if too_old := gc_horizon_warning(
+        counter_totals(result, METRIC_NAMESPACES), registry
+    ):
+        _log.warning("%s", too_old)
     if player is not None:
         print()
         print(photon_live.live_truth_check(output, generated, player.played_through_ms))

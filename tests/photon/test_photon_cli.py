@@ -198,3 +198,21 @@ def test_generated_run_matches_its_ground_truth(tmp_path):
     assert summary_value(stdout, "missing") == 0
     assert summary_value(stdout, "output more than once") == 0
     assert sorted(click_ids(tmp_path, "joined")) == sorted(truth["joinable"])
+
+
+def test_logs_older_than_the_gc_horizon_by_the_wall_clock_get_a_warning(logs, tmp_path):
+    # The logs are of January 2026: by the wall clock (no --now_ms), every
+    # click is older than the horizon. They are counted, and the user told.
+    process = start_cli(
+        "pipelines.photon",
+        *("--queries", logs["queries"], "--clicks", logs["clicks"]),
+        *("--output", str(tmp_path / "out"), "--gc_days", str(GC_DAYS)),
+    )
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr[-3000:]
+    assert summary_value(stdout, "clicks joined") == 0
+    too_old = summary_value(stdout, "unjoinable: older than GC")
+    assert too_old >= len(logs["truth"]["joinable"])
+    horizon = f"older than the GC horizon ({GC_DAYS} days before the wall clock)"
+    assert f"{too_old} clicks were {horizon}" in stderr
+    assert "--now_ms" in stderr
