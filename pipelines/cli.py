@@ -35,6 +35,16 @@ USAGE_ERROR_STATUS = 2
 JOB_FAILED_STATUS = 1
 
 
+# `--help` lists the command's own flags; Beam's are parsed after them.
+BEAM_OPTIONS_HELP = (
+    "Beam's pipeline options are taken too, among them --runner=SparkRunner "
+    "(this project's runner on PySpark, with --spark_master_url URL, "
+    "--spark_conf KEY=VALUE, --checkpoint_dir DIR and the rest of "
+    "docs/spark-runner.md, 'Options'), --streaming, and --runner=PortableRunner "
+    "--job_endpoint HOST:PORT for a job server."
+)
+
+
 class UsageError(ValueError):
     """A mistake on the command line; its message is one line for the user."""
 
@@ -46,6 +56,7 @@ class Parser(argparse.ArgumentParser):
     Beam knows, with the options of the runner `--runner` chooses."""
 
     def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("epilog", BEAM_OPTIONS_HELP)
         super().__init__(allow_abbrev=False, **kwargs)
 
     def error(self, message: str) -> NoReturn:

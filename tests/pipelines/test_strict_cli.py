@@ -217,3 +217,12 @@ def test_beam_flags_are_still_passed_on():
     assert beam_args == ["--direct_num_workers", "2", "--runner=DirectRunner"]
     with pytest.raises(cli.UsageError, match="did you mean --direct_num_workers"):
         photon_flags.parse_args(["--output", "/tmp/x", "--direct_num_worker=2"])
+
+
+@pytest.mark.parametrize("module", ["pipelines.zeitgeist", "pipelines.photon"])
+def test_help_names_the_runner_options_it_takes_beside_its_own(module):
+    done = run_cli(module, "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    for flag in ("--runner=SparkRunner", "--spark_master_url", "--checkpoint_dir"):
+        assert flag in text
