@@ -26,12 +26,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m testing.zeitgeist_files", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("inbox", type=pathlib.Path)
-    parser.add_argument("--days", type=float, default=1.0)
-    parser.add_argument("--num_queries", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--parts", type=int, default=4)
-    parser.add_argument("--every_seconds", type=float, default=0.0)
+    parser.add_argument(
+        "inbox", type=pathlib.Path, help="the directory to drop the files into"
+    )
+    parser.add_argument(
+        "--days", type=float, default=1.0, help="event time the stream covers"
+    )
+    parser.add_argument(
+        "--num_queries", type=int, default=20, help="distinct queries searched"
+    )
+    parser.add_argument("--seed", type=int, default=7, help="the generator's seed")
+    parser.add_argument(
+        "--parts", type=int, default=4, help="files the stream is cut into, in order"
+    )
+    parser.add_argument(
+        "--every_seconds",
+        type=float,
+        default=0.0,
+        help="wait between two files (0: drop them all at once)",
+    )
     args = parser.parse_args(argv)
     if args.parts < 1:
         parser.error("--parts must be at least 1")

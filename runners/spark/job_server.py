@@ -57,8 +57,17 @@ def serve(job_port: int, spark_options: SparkOptions) -> tuple[SparkJobServicer,
 
 def main(argv: list[str] | None = None) -> None:
     """Serves until SIGTERM or Ctrl-C."""
-    parser = argparse.ArgumentParser(description="Beam Job API server on Spark")
-    parser.add_argument("--job_port", type=int, default=8099)
+    parser = argparse.ArgumentParser(
+        prog="python -m runners.spark.job_server",
+        description="Beam Job API server on Spark",
+        epilog="The SparkRunner's options are taken too and set up the "
+        "server's Spark: --spark_master_url URL (default local[*,4]), "
+        "--spark_conf KEY=VALUE (repeatable), --spark_default_parallelism N "
+        "(docs/spark-runner.md, 'Options').",
+    )
+    parser.add_argument(
+        "--job_port", type=int, default=8099, help="the Job API's port (0: any free)"
+    )
     args, spark_args = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.INFO)
     servicer, port = serve(args.job_port, SparkOptions(spark_args))
