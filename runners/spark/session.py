@@ -29,6 +29,7 @@ _LOGGER = logging.getLogger(__name__)
 _PROJECT_PACKAGES = ("runners", "transforms", "pipelines", "testing")
 
 _DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+_APP_NAME = "millwheel-beam"
 
 # Settings that keep a local or test session light; user --spark_conf wins.
 _DEFAULT_CONF = {
@@ -82,7 +83,7 @@ def get_or_create_session(options: SparkOptions) -> SparkSession:
             )
         return active
     master = master_url(options)
-    builder = SparkSession.builder.master(master).appName("millwheel-beam")
+    builder = SparkSession.builder.master(master).appName(_APP_NAME)
     conf = dict(_DEFAULT_CONF)
     if master.startswith("local"):
         # Forked workers inherit an already imported Beam SDK harness. Only
@@ -103,10 +104,33 @@ def get_or_create_session(options: SparkOptions) -> SparkSession:
         conf[_DRIVER_JAVA_OPTIONS] = driver_options
     for key, value in conf.items():
         builder = builder.config(key, value)
+    _launch_driver_jvm({**conf, "spark.master": master, "spark.app.name": _APP_NAME})
     session = builder.getOrCreate()
     if master.startswith("spark://"):
         ship_project_code(session.sparkContext)
     return session
+
+
+def _launch_driver_jvm(conf: dict[str, str]) -> None:
+    """Starts the driver's JVM (PySpark's gateway) in a session of its own,
+    unless one runs already.
+
+    A stop sent to the job's whole process group, as `timeout`, a shell's
+    job control or systemd send SIGTERM, must reach the Python driver alone:
+    it stops the job after the running batch commits, then stops Spark. A
+    JVM in the group died at once (PySpark makes it ignore SIGINT only),
+    with its Python workers, and the stop ended in a Py4J traceback. The
+    JVM still ends with the driver: it exits when the pipe from the driver
+    closes, however the driver ends.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    spark_conf = SparkConf(loadDefaults=False).setAll(conf.items())
+    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def ship_project_code(spark_context: SparkContext) -> None:
