@@ -19,7 +19,7 @@ import pathlib
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from apache_beam import Pipeline
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -27,6 +27,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 from pipelines.cli import UsageError
+from pipelines.runner_choice import is_beam_local
 from pipelines.summary import counter_totals
 
 _log = logging.getLogger("pipelines.live")
@@ -65,16 +66,13 @@ def _stop_requests() -> Iterator[tuple[threading.Event, Callable[[], None]]]:
             signal.signal(s, handler)
 
 
-# Beam's local runners: the bundle-based one fails to expand a splittable
-# DoFn in streaming ("GroupByKey ... was not replaced as expected"), and the
-# FnApiRunner it otherwise picks runs a job to its end inside `run()`.
-_CANNOT_FOLLOW = (None, "DirectRunner", "BundleBasedDirectRunner", "FnApiRunner")
-
-
 def require_follow_runner(options: PipelineOptions) -> None:
     """Raises `UsageError` for a runner that cannot run a followed input."""
     name = options.view_as(StandardOptions).runner
-    if name in _CANNOT_FOLLOW:
+    # Beam's local runners: the bundle-based one fails to expand a splittable
+    # DoFn in streaming ("GroupByKey ... was not replaced as expected"), and
+    # the FnApiRunner it otherwise picks runs a job to its end inside `run()`.
+    if is_beam_local(name):
         raise UsageError(
             f"--follow needs a runner that runs unbounded splittable DoFns live, "
             f"such as --runner=SparkRunner; Beam's {name or 'DirectRunner'} "
@@ -90,6 +88,20 @@ def resumes(options: PipelineOptions) -> bool:
 
     checkpoint = options.view_as(SparkOptions).checkpoint_dir
     return bool(checkpoint) and any(pathlib.Path(checkpoint).glob("*"))
+
+
+def generator_run(directories: Sequence[pathlib.Path], resume: bool) -> int:
+    """The number of a live generator's run into `directories`, which offsets
+    its seed and ids: for a job that resumes, the next file number there, so
+    no two runs that played a file share it; 0 for a job that starts afresh,
+    which would read an earlier run's files as input, so they are deleted."""
+    from testing.live_player import clear_played, next_file_number
+
+    if resume:
+        return max(next_file_number(d) for d in directories)
+    if cleared := sum(clear_played(d) for d in directories):
+        _log.info("deleted %d generated files of an earlier run", cleared)
+    return 0
 
 
 def run_until_stopped(

@@ -14,7 +14,7 @@ import logging
 import pathlib
 
 from pipelines import config as config_loader
-from pipelines.live import RECORDS_READ
+from pipelines.live import RECORDS_READ, generator_run
 from pipelines.outputs import read_output
 from pipelines.summary import format_table
 from transforms.photon import JOINED
@@ -40,20 +40,17 @@ def start_live_generator(
     played beside them. A job that starts afresh would read an earlier
     run's files as input: they are deleted first.
     """
-    from testing.live_player import LivePlayer, clear_played, next_file_number
+    from testing.live_player import LivePlayer
     from testing.photon_live import feed_directories, feeds, live_logs
 
     folder = output / "generated" / "live"
     settings = config["generator"]
-    directories = feed_directories(folder)
-    run_offset = max(next_file_number(d) for d in directories) if resume else 0
-    if not resume and (cleared := sum(clear_played(d) for d in directories)):
-        _log.info("deleted %d generated files of an earlier run in %s", cleared, folder)
+    run = generator_run(feed_directories(folder), resume)
     logs = live_logs(
         rate=float(settings["rate"]),
         minutes=float(settings["live_minutes"]),
-        seed=int(settings["seed"]) + run_offset,
-        id_prefix=f"r{run_offset}-" if run_offset else "",
+        seed=int(settings["seed"]) + run,
+        id_prefix=f"r{run}-" if run else "",
         duplicate_fraction=float(settings["duplicate_fraction"]),
         orphan_fraction=float(settings["orphan_fraction"]),
         late_query_fraction=float(settings["late_query_fraction"]),

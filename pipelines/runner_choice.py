@@ -15,8 +15,9 @@ from apache_beam.runners.runner import PipelineRunner
 
 _log = logging.getLogger("pipelines.runner_choice")
 _JAVA_ONLY_FLAGS = ("--job_endpoint", "--spark_job_server_jar")
-# Runners that read none of our SparkRunner's options (None: Beam's default).
-_LOCAL_RUNNERS = (None, "directrunner", "bundlebaseddirectrunner", "fnapirunner")
+# Beam's local runners, by the names `--runner` takes (in any case); they
+# read none of our SparkRunner's options.
+_BEAM_LOCAL_RUNNERS = ("directrunner", "bundlebaseddirectrunner", "fnapirunner")
 
 
 def choose_runner(beam_args: Sequence[str]) -> tuple[PipelineRunner | None, list[str]]:
@@ -35,11 +36,17 @@ def choose_runner(beam_args: Sequence[str]) -> tuple[PipelineRunner | None, list
     return SparkRunner(), rest
 
 
+def is_beam_local(name: str | None) -> bool:
+    """Whether `--runner` `name` (None: not given) is one of Beam's local
+    runners, the DirectRunner being Beam's default."""
+    return name is None or name.lower() in _BEAM_LOCAL_RUNNERS
+
+
 def warn_of_ignored_spark_flags(beam_args: Sequence[str]) -> None:
     """Logs a warning naming our SparkRunner's options among `beam_args`
     when the job runs on one of Beam's local runners, which ignore them."""
     name, rest = _pop_runner(list(beam_args))
-    if (name.lower() if name else None) not in _LOCAL_RUNNERS:
+    if not is_beam_local(name):
         return
     ignored = sorted(
         {

@@ -13,7 +13,7 @@ import logging
 import pathlib
 
 from pipelines import config as config_loader
-from pipelines.live import RECORDS_READ
+from pipelines.live import RECORDS_READ, generator_run
 
 _log = logging.getLogger("pipelines.zeitgeist")
 
@@ -33,20 +33,18 @@ def start_live_generator(
     record ids are new), is played beside them. A job that starts afresh
     would read an earlier run's files as input: they are deleted first.
     """
-    from testing.live_player import LivePlayer, clear_played, next_file_number
+    from testing.live_player import LivePlayer
     from testing.zeitgeist_live import live_stream, stream_feed
 
     folder = output / "generated" / "live"
     settings = config["generator"]
-    run_offset = next_file_number(folder) if resume else 0
-    if not resume and (cleared := clear_played(folder)):
-        _log.info("deleted %d generated files of an earlier run in %s", cleared, folder)
+    run = generator_run([folder], resume)
     stream = live_stream(
         rate=float(settings["rate"]),
         window_ms=int(config["window"]["size_seconds"] * 1000),
         minutes=float(settings["live_minutes"]),
         num_queries=int(settings["num_queries"]),
-        seed=int(settings["seed"]) + run_offset,
+        seed=int(settings["seed"]) + run,
     )
     _log.info(
         "playing %d generated records over %d queries live at about %g/s, "

@@ -1,11 +1,11 @@
 """`pipelines.live`: whether a live job resumes a checkpoint (`resumes`), which
-decides whether a live generator keeps or deletes an earlier run's files,
-and the status line's read rate (`read_rate`), which a resumed job's totals
-must not inflate."""
+decides whether a live generator keeps or deletes an earlier run's files
+(`generator_run`), and the status line's read rate (`read_rate`), which a
+resumed job's totals must not inflate."""
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.live import read_rate, resumes
+from pipelines.live import generator_run, read_rate, resumes
 
 
 def test_a_job_without_a_checkpoint_directory_starts_afresh():
@@ -25,3 +25,20 @@ def test_a_checkpoint_directory_a_run_wrote_to_is_resumed(tmp_path):
 def test_the_read_rate_is_taken_between_two_status_lines():
     # A resumed job's counter holds its earlier runs' 10,000 records too.
     assert read_rate((100.0, 10_000), (130.0, 16_000)) == " (200/s)"
+
+
+def test_a_resumed_generator_run_is_numbered_past_every_file_played(tmp_path):
+    queries, clicks = tmp_path / "queries", tmp_path / "clicks"
+    queries.mkdir()
+    clicks.mkdir()
+    (queries / "live-00000004.jsonl").write_text("")
+    (clicks / "live-00000011.jsonl").write_text("")
+    assert generator_run([queries, clicks], resume=True) == 12
+    assert (queries / "live-00000004.jsonl").exists()
+
+
+def test_a_fresh_generator_run_deletes_an_earlier_runs_files(tmp_path):
+    (tmp_path / "live-00000003.jsonl").write_text("")
+    (tmp_path / "kept.jsonl").write_text("")
+    assert generator_run([tmp_path], resume=False) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["kept.jsonl"]
