@@ -28,7 +28,6 @@ import statistics
 import sys
 import time
 import uuid
-import warnings
 from collections.abc import Callable
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
@@ -116,7 +115,6 @@ def registration_rates(args: argparse.Namespace) -> dict[str, list[float]]:
 
 def main() -> None:
     args = parse_args()
-    warnings.filterwarnings("ignore", "Connecting to Bigtable emulator")
     with BigtableEmulator() as emulator:
         print(f"Bigtable emulator: {emulator.source} at {emulator.host}")
         rates = registration_rates(args)

@@ -30,7 +30,6 @@ import sys
 import tempfile
 import time
 import uuid
-import warnings
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -93,7 +92,6 @@ def main() -> None:
         photon_streaming.main([a for a in sys.argv[1:] if a != "--streaming"])
         return
     args = parse_args()
-    warnings.filterwarnings("ignore", "Connecting to Bigtable emulator")
     runners = [name.strip() for name in args.runners.split(",") if name.strip()]
     num_queries = max(1, round(args.clicks / PhotonSpec().clicks_per_query))
     duration_ms = int(args.clicks / args.clicks_per_minute * MINUTE_MS)

@@ -23,15 +23,21 @@ from dataclasses import dataclass, field
 import pytest
 
 from testing.bigtable_emulator import BigtableEmulator, EmulatorNotFound
+from transforms.millwheel.bigtable_clients import (
+    EMULATOR_WARNING,
+    admin_client,
+    data_client,
+)
 
 _FIXTURES = {"bigtable_emulator", "bigtable_instance"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # The Bigtable clients warn on every connection to an emulator; that is
-    # the point of these fixtures, not news.
+    # Google's clients warn on every connection to an emulator; that is the
+    # point of these fixtures, not news. (The project's own clients, made
+    # through `bigtable_clients`, do not warn; tests also use Google's.)
     config.addinivalue_line(
-        "filterwarnings", "ignore:Connecting to Bigtable emulator:RuntimeWarning"
+        "filterwarnings", f"ignore:{EMULATOR_WARNING}:RuntimeWarning"
     )
 
 
@@ -67,9 +73,7 @@ class BigtableTestInstance:
 
     def admin_client(self):
         """A classic ``google.cloud.bigtable.Client`` with admin rights."""
-        from google.cloud.bigtable import Client
-
-        client = Client(project=self.project, admin=True)
+        client = admin_client(self.project)
         self._clients.append(client)
         return client
 
@@ -79,9 +83,7 @@ class BigtableTestInstance:
 
     def data_client(self):
         """A data-API ``BigtableDataClient``, closed after the test."""
-        from google.cloud.bigtable.data import BigtableDataClient
-
-        client = BigtableDataClient(project=self.project)
+        client = data_client(self.project)
         self._clients.append(client)
         return client
 

@@ -27,6 +27,8 @@ from google.api_core.exceptions import AlreadyExists
 from google.cloud.bigtable import Client, column_family
 from google.cloud.bigtable.column_family import GarbageCollectionRule
 
+from transforms.millwheel.bigtable_clients import admin_client, emulator_said_once
+
 _log = logging.getLogger(__name__)
 
 #: Family holding the sequencer token cell of fenced rows (see ``sequencer``).
@@ -110,11 +112,12 @@ def ensure_table(
     with _ensured_lock:
         if key in _ensured:
             return
-        admin = client or Client(project=project, admin=True)
-        table = admin.instance(instance_id).table(spec.table_id)
-        if not table.exists():
-            _create_table(table, spec)
-        _add_missing_families(table, spec)
+        with emulator_said_once():
+            admin = client or admin_client(project)
+            table = admin.instance(instance_id).table(spec.table_id)
+            if not table.exists():
+                _create_table(table, spec)
+            _add_missing_families(table, spec)
         _ensured.add(key)
 
 
@@ -142,8 +145,10 @@ def family_max_age(
 ) -> datetime.timedelta | None:
     """The age past which ``family``'s GC rule drops any cell of an existing
     table, or None if age alone never drops one (or the family is absent)."""
-    admin = Client(project=project, admin=True)
-    families = admin.instance(instance_id).table(table_id).list_column_families()
+    with emulator_said_once():
+        admin = admin_client(project)
+        table = admin.instance(instance_id).table(table_id)
+        families = table.list_column_families()
     present = families.get(family)
     return None if present is None else _max_age(present.gc_rule)
 

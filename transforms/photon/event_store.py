@@ -20,13 +20,13 @@ from collections.abc import Iterable, Sequence
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from google.cloud.bigtable.data import (
-    BigtableDataClient,
     ReadRowsQuery,
     RowMutationEntry,
     SetCell,
 )
 from google.cloud.bigtable.data import row_filters as rf
 
+from transforms.millwheel.bigtable_clients import data_client
 from transforms.millwheel.bigtable_tables import (
     EVENTS_FAMILY,
     ensure_table,
@@ -57,7 +57,7 @@ class EventStore:
         ensure_table(
             target.project, target.instance_id, events_table(target.events_table)
         )
-        self._client = BigtableDataClient(project=target.project)
+        self._client = data_client(target.project)
         self._table = self._client.get_table(
             target.instance_id,
             target.events_table,

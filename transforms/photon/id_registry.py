@@ -58,13 +58,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple, TypeVar
 
 from google.cloud.bigtable.data import (
-    BigtableDataClient,
     DeleteRangeFromColumn,
     ReadRowsQuery,
     SetCell,
 )
 from google.cloud.bigtable.data import row_filters as rf
 
+from transforms.millwheel.bigtable_clients import data_client
 from transforms.millwheel.bigtable_tables import (
     ID_REGISTRY_FAMILY,
     ensure_table,
@@ -175,7 +175,7 @@ class IdRegistry:
             max_in_flight=max_in_flight,
             deadline_s=target.deadline_s,
         )
-        self._client = BigtableDataClient(project=target.project)
+        self._client = data_client(target.project)
         self._table = self._client.get_table(
             target.instance_id,
             target.registry_table,

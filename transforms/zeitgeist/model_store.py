@@ -32,12 +32,12 @@ nothing here expires models of queries that went quiet.
 from __future__ import annotations
 
 from google.cloud.bigtable.data import (
-    BigtableDataClient,
     DeleteRangeFromColumn,
     SetCell,
 )
 from google.cloud.bigtable.data import row_filters as rf
 
+from transforms.millwheel.bigtable_clients import data_client
 from transforms.millwheel.bigtable_tables import (
     MODELS_FAMILY,
     ensure_table,
@@ -79,7 +79,7 @@ class ModelStore:
     def __init__(self, config: ModelStoreConfig) -> None:
         ensure_table(config.project, config.instance, models_table(config.table))
         self._run = config.run_id.encode()
-        self._client = BigtableDataClient(project=config.project)
+        self._client = data_client(config.project)
         self._table = self._client.get_table(config.instance, config.table)
         self._fenced = FencedTable(self._table)
 
