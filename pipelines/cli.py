@@ -30,6 +30,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import console
 from pipelines.config import ConfigError
 from pipelines.runner_choice import choose_runner, warn_of_ignored_spark_flags
+from transforms.records.readers import FORMAT_SUFFIXES, infer_format
 
 USAGE_ERROR_STATUS = 2
 JOB_FAILED_STATUS = 1
@@ -131,6 +132,24 @@ def require_matches(flag: str, patterns: Sequence[str]) -> None:
             raise UsageError(f"{flag} {pattern!r}: {error}") from None
         if not found:
             raise UsageError(f"{flag} {pattern!r} matches no file")
+
+
+def require_formats(
+    flag: str, patterns: Sequence[str], input_format: str | None
+) -> None:
+    """Raises `UsageError` if, without `--input_format`, a pattern given as
+    `flag` does not name its format (`logs/*` or `*.gz` does not)."""
+    if input_format:
+        return
+    for pattern in patterns:
+        try:
+            infer_format(pattern)
+        except ValueError:
+            raise UsageError(
+                f"{flag} {pattern!r} does not name its format: end it with "
+                f"{', '.join(FORMAT_SUFFIXES)} (and a compression suffix such "
+                "as .gz if any), or pass --input_format"
+            ) from None
 
 
 def require_directories(flag: str, patterns: Sequence[str]) -> None:

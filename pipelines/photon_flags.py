@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 from pipelines import cli, live_flags
 from pipelines import config as config_loader
-from transforms.records.readers import infer_format
 
 DEFAULT_CONFIG = config_loader.CONFIG_DIR / "photon.yaml"
 
@@ -119,7 +118,5 @@ def check_inputs(args: argparse.Namespace) -> None:
     require = cli.require_directories if follow else cli.require_matches
     require("--queries", args.queries)
     require("--clicks", args.clicks)
-    if not args.input_format:
-        with cli.usage_errors():
-            for pattern in [*args.queries, *args.clicks]:
-                infer_format(pattern)
+    cli.require_formats("--queries", args.queries, args.input_format)
+    cli.require_formats("--clicks", args.clicks, args.input_format)

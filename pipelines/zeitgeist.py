@@ -256,6 +256,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         cli.require_directories("--input", args.input)
     else:
         cli.require_matches("--input", args.input)
+    cli.require_formats("--input", args.input, args.input_format)
     following = args.follow or live_generated
     if following:
         beam_args = [*beam_args, "--streaming"]

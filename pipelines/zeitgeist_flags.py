@@ -23,7 +23,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         action="append",
         default=[],
         help="file or glob of searches (.jsonl/.json/.ndjson, .csv, .parquet, "
-        "optionally .gz); repeatable. Omit to generate a synthetic stream.",
+        "optionally compressed: .gz, .bz2, ...); repeatable. Omit to generate "
+        "a synthetic stream.",
     )
     parser.add_argument(
         "--input_format",

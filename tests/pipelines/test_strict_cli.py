@@ -130,7 +130,19 @@ def test_input_globs_that_match_nothing_are_errors(tmp_path):
         *("--output", str(tmp_path / "p")),
         *("--queries", str(text), "--clicks", str(text)),
     )
-    assert_usage_error(done, "cannot infer the record format")
+    assert_usage_error(done, f"--queries '{text}' does not name its format")
+    assert "--input_format" in done.stderr
+    # The same for Zeitgeist, and with --input_format the name need not tell.
+    done = run_cli(
+        "pipelines.zeitgeist", *("--output", str(tmp_path / "z"), "--input", str(text))
+    )
+    assert_usage_error(done, f"--input '{text}' does not name its format")
+    done = run_cli(
+        "pipelines.zeitgeist",
+        *("--output", str(tmp_path / "z"), "--input", str(text)),
+        "--input_format=jsonl",
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_follow_mistakes_are_one_line_and_exit_2(tmp_path):

@@ -75,6 +75,7 @@ __all__ = [
     "FORMATS",
     "METRICS_NAMESPACE",
     "RECORDS",
+    "FORMAT_SUFFIXES",
     "ParseRecords",
     "ReadClickEvents",
     "ReadQueryEvents",
@@ -90,7 +91,8 @@ __all__ = [
 
 DEFAULT_MAX_LINE_BYTES = 1 << 20
 
-_EXTENSIONS = {
+#: File-name suffix (before any compression suffix) to record format.
+FORMAT_SUFFIXES = {
     ".jsonl": "jsonl",
     ".json": "jsonl",
     ".ndjson": "jsonl",
@@ -112,7 +114,7 @@ def infer_format(file_pattern: str) -> str:
     if CompressionTypes.detect_compression_type(name) != CompressionTypes.UNCOMPRESSED:
         name = name.rsplit(".", 1)[0]
     dot = name.rfind(".")
-    fmt = _EXTENSIONS.get(name[dot:].lower()) if dot >= 0 else None
+    fmt = FORMAT_SUFFIXES.get(name[dot:].lower()) if dot >= 0 else None
     if fmt is None:
         raise ValueError(
             f"cannot infer the record format of {file_pattern!r}; "
