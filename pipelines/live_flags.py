@@ -5,6 +5,7 @@ estimated, and how often a running job reports."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from pipelines import config as config_loader
 from transforms.records.follow import FollowSettings
@@ -33,6 +34,21 @@ def add_live_arguments(parser: argparse.ArgumentParser, follow_help: str) -> Non
     parser.add_argument(
         "--status_seconds", type=float, help="live.status_seconds (0: no status)"
     )
+
+
+def disorder_of_generated(
+    args: argparse.Namespace, follow: FollowSettings, played_seconds: float
+) -> FollowSettings:
+    """`follow` for a live generator whose records trail each other by at
+    most `played_seconds`: its watermark need wait no longer than that,
+    unless the user set `live.max_disorder_seconds` (flag or `--set`)."""
+    given = args.max_disorder_seconds is not None or any(
+        item.partition("=")[0].strip() == FLAG_KEYS["max_disorder_seconds"]
+        for item in args.set
+    )
+    if given:
+        return follow
+    return dataclasses.replace(follow, max_disorder_seconds=played_seconds)
 
 
 def follow_settings(config: config_loader.Config) -> FollowSettings:

@@ -327,8 +327,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             generated, player, queries, clicks = photon_live.start_live_generator(
                 config, output, live.resumes(options)
             )
-            follow = dataclasses.replace(
-                follow, max_disorder_seconds=photon_live.LIVE_DISORDER_SECONDS
+            follow = live_flags.disorder_of_generated(
+                args, follow, photon_live.LIVE_DISORDER_SECONDS
             )
         elif generating:
             generated, queries, clicks = generate_input(config, output)

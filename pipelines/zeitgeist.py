@@ -33,7 +33,6 @@ already running, via `$BIGTABLE_EMULATOR_HOST`): an emulator started for
 the run alone would forget the models when the run ends.
 """
 
-import dataclasses
 import logging
 import pathlib
 import sys
@@ -276,8 +275,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             stream, player, inputs = zeitgeist_live.start_live_generator(
                 config, output, resume
             )
-            follow = dataclasses.replace(
-                follow, max_disorder_seconds=zeitgeist_live.LIVE_DISORDER_SECONDS
+            follow = live_flags.disorder_of_generated(
+                args, follow, zeitgeist_live.LIVE_DISORDER_SECONDS
             )
         elif generated:
             inputs = [str(generate_input(config, output))]

@@ -1,11 +1,18 @@
 """`pipelines.live`: whether a live job resumes a checkpoint (`resumes`), which
 decides whether a live generator keeps or deletes an earlier run's files
 (`generator_run`), and the status line's read rate (`read_rate`), which a
-resumed job's totals must not inflate."""
+resumed job's totals must not inflate; and how long a generated run's
+watermark waits (`live_flags.disorder_of_generated`)."""
+
+import argparse
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines import config as config_loader
+from pipelines import live_flags
 from pipelines.live import generator_run, read_rate, resumes
+from pipelines.zeitgeist_flags import DEFAULT_CONFIG
+from transforms.records.follow import FollowSettings
 
 
 def test_a_job_without_a_checkpoint_directory_starts_afresh():
@@ -42,3 +49,26 @@ def test_a_fresh_generator_run_deletes_an_earlier_runs_files(tmp_path):
     (tmp_path / "kept.jsonl").write_text("")
     assert generator_run([tmp_path], resume=False) == 0
     assert [p.name for p in tmp_path.iterdir()] == ["kept.jsonl"]
+
+
+def parsed_live_flags(*argv):
+    parser = argparse.ArgumentParser()
+    live_flags.add_live_arguments(parser, follow_help="")
+    config_loader.add_config_arguments(parser, DEFAULT_CONFIG)
+    return parser.parse_args(argv)
+
+
+def test_a_generated_run_waits_for_its_own_disorder_unless_told_otherwise():
+    configured = FollowSettings(
+        poll_seconds=1, max_disorder_seconds=60, idle_timeout_seconds=30
+    )
+
+    def disorder(*argv):
+        args = parsed_live_flags(*argv)
+        return live_flags.disorder_of_generated(args, configured, 1.0)
+
+    assert disorder().max_disorder_seconds == 1.0
+    assert disorder("--poll_seconds", "2").max_disorder_seconds == 1.0
+    # A value the user gives is theirs, by flag or by --set.
+    assert disorder("--max_disorder_seconds", "60") == configured
+    assert disorder("--set", "live.max_disorder_seconds=60") == configured
