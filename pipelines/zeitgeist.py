@@ -205,7 +205,7 @@ def summary(result, elapsed_s: float, output: pathlib.Path) -> str:
         ("dip episodes", get("millwheel.zeitgeist/dips_detected")),
         ("  of which closed", get("millwheel.zeitgeist/episodes_closed")),
         ("duplicates dropped", get("millwheel.dedup/duplicates")),
-        ("late records", get("millwheel.zeitgeist/late_records")),
+        ("late searches", get("millwheel.zeitgeist/late_searches")),
         ("window corrections", get("millwheel.zeitgeist/window_corrections")),
         ("dead letters", dead),
         *_model_store_rows(totals),

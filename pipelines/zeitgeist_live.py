@@ -86,6 +86,6 @@ def status_line(totals: dict[str, int], rate: str, watermark: str) -> str:
         f"{records} records read{rate}, "
         f"{totals.get('millwheel.zeitgeist/windows_emitted', 0)} windows, "
         f"{opened - closed} open episodes, "
-        f"{totals.get('millwheel.zeitgeist/late_records', 0)} late records"
+        f"{totals.get('millwheel.zeitgeist/late_searches', 0)} late searches"
         f"{watermark}"
     )

@@ -54,12 +54,13 @@ def _write_atomically(path: Path, record: dict) -> None:
         os.close(dir_fd)
 
 
-# The layout of what a checkpoint names. 3: fused stages are named by their
-# sorted steps (2 by their transform id, whose order of steps varied between
-# processes; 1 with Beam's process-wide counter). A directory
-# of another layout is refused: its remainders and state would be looked up
-# under names this version does not give.
-LAYOUT = 3
+# The layout of what a checkpoint names. 4: the job records its keyed
+# stages' windowing; 3: fused stages are named by their sorted steps (2 by
+# their transform id, whose order of steps varied between processes; 1 with
+# Beam's process-wide counter). A directory of another layout is refused:
+# its remainders and state would be looked up under names this version does
+# not give, or its windows not checked.
+LAYOUT = 4
 
 
 class CheckpointDir:

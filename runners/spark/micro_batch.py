@@ -30,6 +30,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from apache_beam.portability import python_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import common
 from apache_beam.runners.portability.fn_api_runner.translations import only_element
@@ -145,6 +146,21 @@ class MicroBatchTranslator(RddTranslator):
     def keyed_stages(self) -> list[str]:
         """Unique names of the transforms that keep keyed state."""
         return [p.unique_name for p in self.primitives if self._is_keyed(p)]
+
+    def keyed_windowing(self) -> dict[str, str]:
+        """Per keyed stage, its input's windowing (`windowing_digest`): state
+        and timers are kept per window, so a checkpoint's cannot be resumed
+        under other windows (a window size changed between two runs)."""
+        strategies = self._components.windowing_strategies
+        pcollections = self._components.pcollections
+        return {
+            p.unique_name: windowing_digest(
+                strategies[pcollections[pc].windowing_strategy_id]
+            )
+            for p in self.primitives
+            if self._is_keyed(p)
+            for pc in sorted(_main_inputs(p))
+        }
 
     def _is_keyed(self, proto: beam_runner_api_pb2.PTransform) -> bool:
         if proto.spec.urn == GROUP_BY_KEY:
@@ -353,6 +369,22 @@ class MicroBatchTranslator(RddTranslator):
         self._meta.append(tagged.filter(functools.partial(_has_tag, META)).values())
         for ix, pcoll in enumerate(outputs):
             self._set(pcoll, tagged.filter(functools.partial(_has_tag, ix)).values())
+
+
+def windowing_digest(strategy: beam_runner_api_pb2.WindowingStrategy) -> str:
+    """A short digest of what a windowing strategy does, the same in every
+    process that builds the same pipeline: the window function and the
+    trigger, lateness and accumulation, without the strategy's coder and
+    environment ids (names the pipeline's construction hands out) or a
+    pickled window function's bytes (pickles of equal functions may
+    differ)."""
+    what = beam_runner_api_pb2.WindowingStrategy()
+    what.CopyFrom(strategy)
+    what.ClearField("window_coder_id")
+    what.ClearField("environment_id")
+    if what.window_fn.urn == python_urns.PICKLED_WINDOWFN:
+        what.window_fn.ClearField("payload")
+    return hashlib.sha256(what.SerializeToString(deterministic=True)).hexdigest()[:16]
 
 
 def _main_inputs(proto: beam_runner_api_pb2.PTransform) -> set[str]:

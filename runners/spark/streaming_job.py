@@ -121,6 +121,7 @@ class StreamingJob:
         self.checkpoint.bind(
             {
                 "keyed_stages": sorted(translator.keyed_stages()),
+                "windowing": translator.keyed_windowing(),
                 "key_groups": self._settings.key_groups,
             }
         )
@@ -145,10 +146,13 @@ class StreamingJob:
         """Runs batches until the pipeline finishes or a stop is asked for."""
         self.state = runner.PipelineState.RUNNING
         try:
-            self._restore()
+            resumed_after = self._restore()
+            ran = False
             while not self._stop.is_set():
                 spec = self._plan()
                 if spec is None:
+                    if resumed_after is not None and not ran:
+                        self._warn_already_finished(resumed_after)
                     self.state = runner.PipelineState.DONE
                     return
                 if spec is _IDLE:
@@ -156,6 +160,7 @@ class StreamingJob:
                     continue
                 started = time.monotonic()
                 self._run(spec)
+                ran = True
                 pause = self._settings.batch_interval - (time.monotonic() - started)
                 if pause > 0 and not self._scripts:
                     self._stop.wait(pause)
@@ -209,18 +214,32 @@ class StreamingJob:
             sum(r.stage in targets.values() for r in position.remainders),
         )
 
-    def _restore(self) -> None:
+    def _restore(self) -> int | None:
+        """Resumes from the newest committed batch, if any; returns it."""
         last = self.checkpoint.last_commit()
-        if last is not None:
-            batch, record = last
-            self.position = JobPosition.from_record(record)
-            self._side_contents = self.checkpoint.read_side_inputs(batch)
-            self._use_plan(draining=self.position.draining)
-            _LOGGER.info(
-                "SparkRunner streaming: resuming after committed batch %d from %s",
-                batch,
-                self.checkpoint.root,
-            )
+        if last is None:
+            return None
+        batch, record = last
+        self.position = JobPosition.from_record(record)
+        self._side_contents = self.checkpoint.read_side_inputs(batch)
+        self._use_plan(draining=self.position.draining)
+        _LOGGER.info(
+            "SparkRunner streaming: resuming after committed batch %d from %s",
+            batch,
+            self.checkpoint.root,
+        )
+        return batch
+
+    def _warn_already_finished(self, batch: int) -> None:
+        # Without a word, a rerun of a finished job on its old directory
+        # looks like a job that read nothing.
+        _LOGGER.warning(
+            "SparkRunner streaming: the job of checkpoint directory %s had "
+            "already finished (committed batch %d): nothing was left to run. "
+            "Pass a new --checkpoint_dir to run the pipeline again.",
+            self.checkpoint.root,
+            batch,
+        )
 
     def _run(self, spec: BatchSpec) -> None:
         started = time.monotonic()

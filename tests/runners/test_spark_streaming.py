@@ -5,6 +5,8 @@ foreign checkpoint."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 
 import apache_beam as beam
@@ -177,6 +179,43 @@ def test_a_checkpoint_of_another_pipeline_is_refused(tmp_path):
     stateful(other)
     with pytest.raises(CheckpointMismatch, match="another pipeline"):
         other.run()
+
+
+def _summed_per_window(p, seconds, out):
+    return (
+        p
+        | TestStream()
+        .add_elements([TimestampedValue(("a", 1), 10), TimestampedValue(("a", 2), 70)])
+        .advance_watermark_to_infinity()
+        | beam.WindowInto(FixedWindows(seconds))
+        | beam.CombinePerKey(sum)
+        | beam.Map(functools.partial(_append_line, out))
+    )
+
+
+def test_a_checkpoint_under_other_windows_is_refused(tmp_path):
+    # The same transforms and stage names; only the window size differs,
+    # and the state of the first run is kept per window of 60 s.
+    with _pipeline(tmp_path) as p:
+        _summed_per_window(p, 60, tmp_path / "first")
+    other = _pipeline(tmp_path)
+    _summed_per_window(other, 120, tmp_path / "second")
+    with pytest.raises(CheckpointMismatch, match="another pipeline.*windowing"):
+        other.run()
+
+
+def test_rerunning_a_finished_job_on_its_checkpoint_says_so(tmp_path, caplog):
+    with _pipeline(tmp_path) as p:
+        _summed_per_window(p, 60, tmp_path / "first")
+    lines = sorted((tmp_path / "first").read_text().splitlines())
+    assert lines == ["('a', 1)", "('a', 2)"]
+    logger = "runners.spark.streaming_job"
+    with caplog.at_level(logging.WARNING, logger=logger), _pipeline(tmp_path) as p:
+        _summed_per_window(p, 60, tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("had already finished" in m for m in warned), warned
+    assert any("new --checkpoint_dir" in m for m in warned), warned
 
 
 class _Forever(beam.transforms.core.RestrictionProvider):

@@ -181,11 +181,17 @@ def _event_time(row: Row) -> int:
     if millis is None:
         millis = _iso_millis(value)
     if not MIN_EVENT_TIME_MS <= millis <= MAX_EVENT_TIME_MS:
-        raise InvalidRecord(
-            f"field 'event_time' must be between {MIN_EVENT_TIME:%Y-%m-%d} and "
-            f"{MAX_EVENT_TIME:%Y-%m-%d} UTC, got {_show(value)}"
-        )
+        raise InvalidRecord(event_time_out_of_range(_show(value)))
     return millis
+
+
+def event_time_out_of_range(shown: str) -> str:
+    """The reason given for an event time outside the accepted range (most
+    often seconds or microseconds where milliseconds are meant)."""
+    return (
+        f"field 'event_time' must be between {MIN_EVENT_TIME:%Y-%m-%d} and "
+        f"{MAX_EVENT_TIME:%Y-%m-%d} UTC, got {shown}"
+    )
 
 
 def _as_int(value: Any) -> int | None:

@@ -4,6 +4,7 @@ from collections.abc import Callable
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms.millwheel.dedup import DedupByRecordId
 from transforms.records.dead_letter_pb2 import DeadLetter
@@ -47,14 +48,20 @@ class Zeitgeist(beam.PTransform):
     the source). The result is a dict of PCollections:
 
     - ``anomalies``: `Anomaly` records of spike and dip episodes: an
-      `OPENED` alert when one starts, a `CLOSED` summary when it ends (see
-      `transforms.zeitgeist.episodes`);
+      `OPENED` alert when one starts, a `CLOSED` summary when it ends, an
+      `AMENDED` one when a late correction changes it, and for an episode
+      still open when a bounded input ends an `OPEN_AT_END` summary (see
+      `transforms.zeitgeist.episodes`). Their `query`, as in every output,
+      is the normalised key (`key_fn`, by default `fold`: "Spiky Query" is
+      "spiky query");
     - ``window_counts``: `WindowCount` per query and window, zero counts
       included while the query is active, corrections with revision > 0;
     - ``scores``: `WindowScore` per query and window, a graded score in
       [0, 1), 0.5 at the alert threshold;
-    - ``late``: `SearchQuery` records that came after their window was
-      emitted and were not folded in (see `transforms.millwheel.lateness`);
+    - ``late``: searches that came after their window was emitted and were
+      not folded in (see `transforms.millwheel.lateness`), summed per query,
+      window and bundle: a `SearchQuery` whose `count` is their total and
+      `event_time` the earliest of them, without record ids (`CountWindows`);
     - ``dead_letters``: `DeadLetter` records for unusable searches.
 
     With `dedup_horizon_ms`, searches that carry a `record_id` are
@@ -88,6 +95,15 @@ class Zeitgeist(beam.PTransform):
         scores: bool = True,
     ):
         super().__init__()
+        _require_parameters(window, model, detector, model_store)
+        if not callable(key_fn):
+            raise TypeError(f"key_fn must be callable, got {key_fn!r}")
+        if isinstance(dedup_horizon_ms, bool) or not isinstance(dedup_horizon_ms, int):
+            raise TypeError(
+                f"dedup_horizon_ms must be an integer, got {dedup_horizon_ms!r}"
+            )
+        if dedup_horizon_ms < 0:
+            raise ValueError(f"dedup_horizon_ms must be >= 0, got {dedup_horizon_ms}")
         self._dedup_horizon_ms = dedup_horizon_ms
         self._model_store = model_store
         self._window = window
@@ -118,6 +134,7 @@ class Zeitgeist(beam.PTransform):
         }
 
     def expand(self, searches):
+        _require_global_window(searches)
         keyed = searches | "KeyByQuery" >> beam.ParDo(
             KeyByQuery(self._key_fn)
         ).with_output_types(
@@ -181,6 +198,7 @@ class ZeitgeistOnBatches(Zeitgeist):
     """
 
     def expand(self, tables):
+        _require_global_window(tables)
         if not tables.is_bounded:
             raise ValueError(
                 "Zeitgeist.on_batches() reads a bounded input: each query's "
@@ -229,6 +247,38 @@ class ZeitgeistOnBatches(Zeitgeist):
             LATE_RECORDS: detected[LATE],
             DEAD_LETTERS: counted[DEAD_LETTERS],
         }
+
+
+def _require_parameters(window, model, detector, model_store) -> None:
+    """`TypeError` for a parameter object of the wrong kind (or none), at
+    construction rather than as an attribute error in a worker."""
+    expected = (
+        ("window", window, WindowParams),
+        ("model", model, ModelParams),
+        ("detector", detector, DetectorParams),
+    )
+    for name, value, kind in expected:
+        if not isinstance(value, kind):
+            raise TypeError(
+                f"Zeitgeist's {name} must be a {kind.__name__}, got {value!r}"
+            )
+    if model_store is not None and not isinstance(model_store, ModelStoreConfig):
+        raise TypeError(
+            f"Zeitgeist's model_store must be a ModelStoreConfig, got {model_store!r}"
+        )
+
+
+def _require_global_window(pcoll) -> None:
+    """Zeitgeist buckets event time into its own windows (`WindowParams`):
+    searches already in windows of the user's would be counted per pair of
+    windows, and their zero-count and timer windows would not line up."""
+    windowfn = pcoll.windowing.windowfn
+    if not isinstance(windowfn, GlobalWindows):
+        raise ValueError(
+            f"Zeitgeist needs its input in the global window, got {windowfn!r}: "
+            "remove the WindowInto before it and set the window size with "
+            "WindowParams(size_ms=...)"
+        )
 
 
 class _DedupIdentified(beam.PTransform):

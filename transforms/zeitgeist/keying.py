@@ -1,12 +1,19 @@
 """Searches keyed by their normalised query; unusable ones to dead letters."""
 
 from collections.abc import Callable
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.dead_letters import DEAD_LETTERS
+from transforms.records.lines import RAW_LIMIT_BYTES
+from transforms.records.parse import (
+    MAX_EVENT_TIME_MS,
+    MIN_EVENT_TIME_MS,
+    event_time_out_of_range,
+)
 from transforms.records.zeitgeist_pb2 import SearchQuery
 
 DEAD_LETTER_SOURCE = "Zeitgeist"
@@ -39,6 +46,9 @@ class KeyByQuery(beam.DoFn):
         self._key_fn = key_fn
 
     def process(self, search: SearchQuery):
+        if not isinstance(search, SearchQuery):
+            yield _dead_element(search)
+            return
         reason = None
         key = self._key_fn(search.query)
         if not key:
@@ -47,7 +57,25 @@ class KeyByQuery(beam.DoFn):
             reason = f"count must be a non-negative integer, got {search.count}"
         elif not search.HasField("event_time"):
             reason = "missing field 'event_time'"
+        elif not MIN_EVENT_TIME_MS <= search.event_time <= MAX_EVENT_TIME_MS:
+            reason = event_time_out_of_range(str(search.event_time))
         if reason is None:
             yield key, search
         else:
             yield dead_search(search, reason)
+
+
+def _dead_element(element: Any) -> beam.pvalue.TaggedOutput:
+    """An element that is not a `SearchQuery` at all, as a counted dead letter
+    (its repr as the raw record: it may have no serialised form)."""
+    Metrics.counter("millwheel.zeitgeist", "dead_letters").inc()
+    kind = type(element).__name__
+    return beam.pvalue.TaggedOutput(
+        DEAD_LETTERS,
+        DeadLetter(
+            source=DEAD_LETTER_SOURCE,
+            raw=repr(element).encode()[:RAW_LIMIT_BYTES],
+            reason=f"expected a SearchQuery, got a {kind}",
+            record_type="SearchQuery",
+        ),
+    )

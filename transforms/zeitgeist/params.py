@@ -6,12 +6,38 @@ mirrors these names section by section.
 """
 
 import dataclasses
+import math
 import uuid
 
 from transforms.millwheel.lateness import LateDataPolicy
 
 MINUTE_MS = 60_000
 DAY_MS = 24 * 60 * MINUTE_MS
+
+
+def _check_types(params, section: str) -> None:
+    """Raises `TypeError` for a field of `params` that is not of its declared
+    kind: a finite number for a float (NaN or infinity would silently turn a
+    rule off), an integer for an int, and so on. A job configured in code
+    reaches these before any worker does; the config file's values are
+    checked the same way when read (`pipelines.config`)."""
+    for field in dataclasses.fields(params):
+        value = getattr(params, field.name)
+        name = f"{section}.{field.name}"
+        if field.type is bool and not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r}")
+        if field.type is str and not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, got {value!r}")
+        if field.type is int and (
+            isinstance(value, bool) or not isinstance(value, int)
+        ):
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+        if field.type is float and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise TypeError(f"{name} must be a finite number, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +54,14 @@ class WindowParams:
     late_data: LateDataPolicy = LateDataPolicy()
 
     def __post_init__(self) -> None:
+        if isinstance(self.late_data, str):  # "drop" or "correct"
+            object.__setattr__(self, "late_data", LateDataPolicy(self.late_data))
+        if not isinstance(self.late_data, LateDataPolicy):
+            raise TypeError(
+                "window.late_data must be a LateDataPolicy (or 'drop' or "
+                f"'correct'), got {self.late_data!r}"
+            )
+        _check_types(self, "window")
         if self.size_ms <= 0:
             raise ValueError(f"window size must be positive, got {self.size_ms} ms")
         if self.activity_horizon_windows < 0:
@@ -82,6 +116,7 @@ class ModelParams:
     weekly_slot_minutes: int = 60
 
     def __post_init__(self) -> None:
+        _check_types(self, "model")
         for name in (
             "alpha",
             "spread_alpha",
@@ -98,6 +133,9 @@ class ModelParams:
             raise ValueError(
                 f"unknown seasonality {self.seasonality!r}; expected one of: {choices}"
             )
+        for name in ("clip_sigma", "excursion_sigma", "excursion_exit_sigma"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"model.{name} must be > 0, got {getattr(self, name)}")
         if self.seasonal_neighbours < 0:
             raise ValueError(
                 "model.seasonal_neighbours must be >= 0, "
@@ -187,6 +225,7 @@ class DetectorParams:
     novel_margin: float = 0.05
 
     def __post_init__(self) -> None:
+        _check_types(self, "detector")
         if not 0 <= self.max_autocorrelation < 1:
             raise ValueError(
                 "detector.max_autocorrelation must be in [0, 1), got "
@@ -213,6 +252,25 @@ class DetectorParams:
             raise ValueError(f"detector.threshold must be > 0, got {self.threshold}")
         if self.slack_sigma < 0 or self.burst_tolerance < 0:
             raise ValueError("detector.slack_sigma and burst_tolerance must be >= 0")
+        if self.max_deviation_sigma <= self.slack_sigma:
+            # A window would never add evidence: only the single-window rules
+            # could alert, and nothing would say so.
+            raise ValueError(
+                "detector.max_deviation_sigma must be above slack_sigma, got "
+                f"{self.max_deviation_sigma} and {self.slack_sigma}"
+            )
+        if (
+            min(
+                self.min_expected_for_dip,
+                self.min_expected_for_spike,
+                self.min_history_windows,
+            )
+            < 0
+        ):
+            raise ValueError(
+                "detector.min_expected_for_dip, min_expected_for_spike and "
+                "min_history_windows must be >= 0"
+            )
         if self.evidence_memory_windows < 1 or self.close_after_windows < 1:
             raise ValueError(
                 "detector.evidence_memory_windows and close_after_windows must be >= 1"

@@ -137,7 +137,10 @@ class WindowCounter(beam.DoFn):
         self._params = params
         self._emitted = Metrics.counter(METRICS_NAMESPACE, "windows_emitted")
         self._zero = Metrics.counter(METRICS_NAMESPACE, "zero_windows_emitted")
+        # Elements sent to `late`, and the searches they hold (a partial
+        # from `CombineWithinBundle` holds several).
         self._late = Metrics.counter(METRICS_NAMESPACE, "late_records")
+        self._late_searches = Metrics.counter(METRICS_NAMESPACE, "late_searches")
         self._corrections = Metrics.counter(METRICS_NAMESPACE, "window_corrections")
 
     def process(
@@ -169,6 +172,7 @@ class WindowCounter(beam.DoFn):
             yield self._correct(key, start, search.count, retained)
         else:
             self._late.inc()
+            self._late_searches.inc(search.count)
             yield beam.pvalue.TaggedOutput(LATE, search)
 
     def _correct(self, key, start, count, retained):
@@ -333,7 +337,12 @@ class CountWindows(beam.PTransform):
 
     Returns a `DoOutputsTuple`: the main output holds the window counts, the
     `late` tag the searches that came after their window was emitted and
-    could not be corrected.
+    could not be corrected. They come summed as `WindowCounter` saw them:
+    one `SearchQuery` per query, window and bundle (`CombineWithinBundle`),
+    whose `query` is the key, `count` the searches' total and `event_time`
+    the earliest of them; record ids are not kept. The metrics
+    `late_records` and `late_searches` count those records and the
+    searches in them.
     """
 
     def __init__(self, params: WindowParams = WindowParams()):
@@ -343,7 +352,9 @@ class CountWindows(beam.PTransform):
     def expand(self, keyed_searches):
         combined = keyed_searches | "CombineWithinBundle" >> beam.ParDo(
             CombineWithinBundle(self._params.size_ms)
-        ).with_output_types(tuple[str, SearchQuery])
+        ).with_input_types(tuple[str, SearchQuery]).with_output_types(
+            tuple[str, SearchQuery]
+        )
         if keyed_searches.is_bounded:
             # A bounded input ends: past its last search the counts are
             # unknown, and zero-count windows there would be false dips. Each
