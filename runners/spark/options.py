@@ -8,6 +8,9 @@ twice, so this runner reads Beam's flag and applies its own default,
 
 from __future__ import annotations
 
+import difflib
+import math
+
 from apache_beam.options.pipeline_options import PipelineOptions
 
 # Every core, and a failed task tried up to 4 times, as Spark does on a
@@ -107,3 +110,35 @@ def master_url(options: PipelineOptions) -> str:
     """The Spark master to use: ``--spark_master_url`` or ``local[*,4]``."""
     given = options.get_all_options(drop_default=True).get("spark_master_url")
     return given or DEFAULT_MASTER
+
+
+# Flags that look like this runner's: a misspelling of one must not leave
+# the job running on defaults with only Beam's "Discarding unparseable args".
+_OWN_PREFIXES = ("spark_", "streaming_", "checkpoint")
+
+
+def check_options(options: PipelineOptions) -> None:
+    """Raises ValueError for a SparkRunner option out of its range, or an
+    unknown flag that looks like one (with the closest known name)."""
+    known = options.get_all_options()
+    given = options.get_all_options(retain_unknown_options=True)
+    own = [name for name in known if name.startswith(_OWN_PREFIXES)]
+    for name in given.keys() - known.keys():
+        if name.startswith(_OWN_PREFIXES):
+            close = difflib.get_close_matches(name, own, n=1)
+            hint = f" (did you mean --{close[0]}?)" if close else ""
+            raise ValueError(f"SparkRunner: unknown option --{name}{hint}")
+    spark = options.view_as(SparkOptions)
+    least = {
+        "spark_bundle_bytes": 1,
+        "spark_default_parallelism": 1,
+        "streaming_key_groups": 1,
+        "streaming_max_records_per_batch": 0,
+        "spark_progress_seconds": 0,
+        "streaming_idle_timeout_seconds": 0,
+        "streaming_batch_interval_seconds": 0,
+    }
+    for name, low in least.items():
+        value = getattr(spark, name)
+        if value is not None and not (math.isfinite(value) and value >= low):
+            raise ValueError(f"SparkRunner: --{name} must be >= {low}, got {value}")

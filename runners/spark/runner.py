@@ -26,7 +26,7 @@ from runners.spark.drain_plan import drain_phases
 from runners.spark.driver_stages import EXECUTABLE_STAGE
 from runners.spark.errors import from_spark_exception
 from runners.spark.metrics import MetricsSnapshot, SparkMetrics
-from runners.spark.options import SparkOptions
+from runners.spark.options import SparkOptions, check_options
 from runners.spark.progress import ProgressLog
 from runners.spark.session import ensure_python_env, get_or_create_session
 from runners.spark.streaming_job import StreamingJob, StreamingSettings
@@ -87,6 +87,7 @@ class SparkRunner(runner.PipelineRunner):
     ) -> SparkPipelineResult:
         """Optimises, translates and runs ``pipeline``; blocks until done."""
         ensure_python_env()
+        check_options(options)
         self._check_requirements(pipeline)
         streaming = is_streaming(pipeline, options)
         spark_options = options.view_as(SparkOptions)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import zipfile
 import apache_beam as beam
 import pytest
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.transforms.userstate import Timer
 from apache_beam.transforms.window import GlobalWindow
@@ -20,7 +22,7 @@ from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 from runners.spark.drain_plan import truncation_targets
 from runners.spark.driver_stages import driver_stages
 from runners.spark.errors import StageFailure, from_spark_exception, summarize
-from runners.spark.options import parse_spark_conf
+from runners.spark.options import check_options, parse_spark_conf
 from runners.spark.plan import TimerFamily
 from runners.spark.runner import optimize
 from runners.spark.state_store import TimerQueue
@@ -186,6 +188,30 @@ def test_spark_conf_pairs():
     assert parse_spark_conf(["a=1", " b = x=y "]) == {"a": "1", "b": "x=y"}
     with pytest.raises(ValueError):
         parse_spark_conf(["=1"])
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--spark_master=x"], "--spark_master (did you mean --spark_master_url?)"),
+        (["--checkpointdir=c"], "--checkpointdir (did you mean --checkpoint_dir?)"),
+        (["--spark_bundle_bytes=-5"], "--spark_bundle_bytes must be >= 1, got -5"),
+        (["--streaming_key_groups=0"], "--streaming_key_groups must be >= 1"),
+        (["--spark_progress_seconds=nan"], "--spark_progress_seconds must be >= 0"),
+    ],
+)
+def test_mistaken_runner_options_are_refused(flags, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_options(PipelineOptions(flags))
+
+
+def test_runner_options_in_range_and_other_flags_pass():
+    # A flag of the user's own (no runner prefix) is not the runner's business.
+    check_options(
+        PipelineOptions(
+            ["--spark_master_url=local[2]", "--checkpoint_dir=/tmp/c", "--my_flag=1"]
+        )
+    )
 
 
 class _Remember(beam.DoFn):
