@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from transforms.millwheel.typed_params import check_field_types
+
 DAY_MS = 24 * 3600 * 1000
 
 
@@ -29,6 +31,7 @@ class BigtableTarget:
     deadline_s: float = 60.0
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.deadline_s <= 0:
             raise ValueError(f"deadline_s must be positive, got {self.deadline_s}")
 
@@ -56,6 +59,7 @@ class JoinParams:
     timer_slot_ms: int = 60 * 1000
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.max_wait_ms <= 0:
             raise ValueError(f"max_wait_ms must be positive, got {self.max_wait_ms}")
         if self.query_ttl_ms < self.max_wait_ms:
@@ -87,6 +91,7 @@ class RegistryLayout:
     slice_ms: int = 60 * 1000
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.buckets < 1 or self.slice_ms < 1:
             raise ValueError(
                 f"buckets and slice_ms must be positive, got {self.buckets} "
@@ -122,6 +127,7 @@ class RegistryParams:
     fail_after_register_fraction: float = 0.0
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.gc_days <= 0:
             raise ValueError(f"gc_days must be positive, got {self.gc_days}")
         if self.max_batch < 1 or self.max_in_flight < 1:

@@ -6,38 +6,13 @@ mirrors these names section by section.
 """
 
 import dataclasses
-import math
 import uuid
 
 from transforms.millwheel.lateness import LateDataPolicy
+from transforms.millwheel.typed_params import check_field_types
 
 MINUTE_MS = 60_000
 DAY_MS = 24 * 60 * MINUTE_MS
-
-
-def _check_types(params, section: str) -> None:
-    """Raises `TypeError` for a field of `params` that is not of its declared
-    kind: a finite number for a float (NaN or infinity would silently turn a
-    rule off), an integer for an int, and so on. A job configured in code
-    reaches these before any worker does; the config file's values are
-    checked the same way when read (`pipelines.config`)."""
-    for field in dataclasses.fields(params):
-        value = getattr(params, field.name)
-        name = f"{section}.{field.name}"
-        if field.type is bool and not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False, got {value!r}")
-        if field.type is str and not isinstance(value, str):
-            raise TypeError(f"{name} must be a string, got {value!r}")
-        if field.type is int and (
-            isinstance(value, bool) or not isinstance(value, int)
-        ):
-            raise TypeError(f"{name} must be an integer, got {value!r}")
-        if field.type is float and (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise TypeError(f"{name} must be a finite number, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +36,7 @@ class WindowParams:
                 "window.late_data must be a LateDataPolicy (or 'drop' or "
                 f"'correct'), got {self.late_data!r}"
             )
-        _check_types(self, "window")
+        check_field_types(self, "window")
         if self.size_ms <= 0:
             raise ValueError(f"window size must be positive, got {self.size_ms} ms")
         if self.activity_horizon_windows < 0:
@@ -116,7 +91,7 @@ class ModelParams:
     weekly_slot_minutes: int = 60
 
     def __post_init__(self) -> None:
-        _check_types(self, "model")
+        check_field_types(self, "model")
         for name in (
             "alpha",
             "spread_alpha",
@@ -225,7 +200,7 @@ class DetectorParams:
     novel_margin: float = 0.05
 
     def __post_init__(self) -> None:
-        _check_types(self, "detector")
+        check_field_types(self, "detector")
         if not 0 <= self.max_autocorrelation < 1:
             raise ValueError(
                 "detector.max_autocorrelation must be in [0, 1), got "
