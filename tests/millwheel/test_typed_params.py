@@ -41,10 +41,25 @@ def test_a_field_of_the_wrong_kind_is_named(field, value, must_be):
         Knobs(**{field: value})
 
 
-def test_right_kinds_pass_and_other_types_are_left_alone():
+def test_right_kinds_pass_and_an_optional_field_takes_none_or_its_kind():
     knobs = Knobs(flag=False, windows=0, sigma=2, name="", maybe=None)
     assert knobs.sigma == 2  # an int is a number
-    Knobs(maybe="not checked: Optional fields are the class's business")
+    assert Knobs(maybe=7).maybe == 7
+    with pytest.raises(TypeError, match="knobs.maybe must be an integer"):
+        Knobs(maybe="7")
+
+
+def test_a_dataclass_field_takes_an_instance_of_its_class():
+    @dataclasses.dataclass(frozen=True)
+    class Outer:
+        inner: Knobs = Knobs()
+
+        def __post_init__(self) -> None:
+            check_field_types(self)
+
+    assert Outer().inner == Knobs()
+    with pytest.raises(TypeError, match="Outer.inner must be a Knobs, got"):
+        Outer(inner=(True, 3))
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,12 @@ helpers are the one place where the two meet.
 """
 
 import apache_beam as beam
-from apache_beam.transforms.window import BoundedWindow, GlobalWindow, TimestampedValue
+from apache_beam.transforms.window import (
+    BoundedWindow,
+    GlobalWindow,
+    GlobalWindows,
+    TimestampedValue,
+)
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -62,6 +67,20 @@ def window_start(event_time_ms: int, window_ms: int) -> int:
     the boundaries without coordination.
     """
     return event_time_ms - event_time_ms % window_ms
+
+
+def require_global_window(pcoll: beam.PCollection, transform: str, why: str) -> None:
+    """Raises ValueError, at expand, if `pcoll` is not in the global window.
+
+    The MillWheel transforms keep their state per key in the global window
+    and set their own event-time timers; in windows of the user's, each
+    window would get state of its own (`why` says what that breaks)."""
+    windowfn = pcoll.windowing.windowfn
+    if not isinstance(windowfn, GlobalWindows):
+        raise ValueError(
+            f"{transform} needs its input in the global window, got {windowfn!r}: "
+            f"{why}. Remove the WindowInto before it."
+        )
 
 
 class WithEventTimestamps(beam.PTransform):

@@ -12,14 +12,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
 
 def check_field_types(params: Any, section: str | None = None) -> None:
     """Raises `TypeError` for a field of the dataclass `params` that is not
     of its declared kind: True or False for a bool, an integer (not a bool)
-    for an int, a finite number for a float, a string for a str. Fields of
+    for an int, a finite number for a float, a string for a str, an
+    instance for a dataclass; `X | None` admits None besides. Fields of
     other types are left to the class's own checks. Errors name the field
     as `section.field` (by default, the class's name)."""
     hints = _field_types(type(params))
@@ -27,9 +30,25 @@ def check_field_types(params: Any, section: str | None = None) -> None:
     for field in dataclasses.fields(params):
         kind = hints.get(field.name)
         value = getattr(params, field.name)
-        wrong = _WRONG.get(kind)
+        arms = typing.get_args(kind) if _is_union(kind) else (kind,)
+        if value is None and type(None) in arms:
+            continue
+        kinds = [arm for arm in arms if arm is not type(None)]
+        if len(kinds) != 1:
+            continue
+        wrong = _wrong_for(kinds[0])
         if wrong is not None and wrong[0](value):
             raise TypeError(f"{section}.{field.name} must be {wrong[1]}, got {value!r}")
+
+
+def _is_union(kind: Any) -> bool:
+    return typing.get_origin(kind) in (typing.Union, types.UnionType)
+
+
+def _wrong_for(kind: Any) -> tuple[Callable[[Any], bool], str] | None:
+    if dataclasses.is_dataclass(kind) and isinstance(kind, type):
+        return (lambda v: not isinstance(v, kind), f"a {kind.__name__}")
+    return _WRONG.get(kind)
 
 
 def _is_number(value: Any) -> bool:

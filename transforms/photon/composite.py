@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from transforms.millwheel.event_time import require_global_window
 from transforms.photon.event_store import WriteToEventStore
 from transforms.photon.joiner import UNJOINABLE, Joiner, shard_of
 from transforms.photon.params import BigtableTarget, JoinParams, RegistryParams
@@ -71,6 +72,7 @@ class PhotonJoin(beam.PTransform):
         registry: RegistryParams = RegistryParams(),
     ) -> None:
         super().__init__()
+        _require_parameters(target, join, registry)
         check_token(token)
         self._target = target
         self._token = token
@@ -80,7 +82,9 @@ class PhotonJoin(beam.PTransform):
     def expand(
         self, inputs: tuple[beam.PCollection, beam.PCollection]
     ) -> dict[str, beam.PCollection]:
-        queries, clicks = inputs
+        queries, clicks = _query_and_click_streams(inputs)
+        for stream in (queries, clicks):
+            require_global_window(stream, "PhotonJoin", _OWN_STATE)
         valid_queries = queries | "ValidateQueries" >> _validate(QueryEvent)
         valid_clicks = clicks | "ValidateClicks" >> _validate(ClickEvent)
         _ = valid_queries.valid | "StoreQueries" >> beam.ParDo(
@@ -119,9 +123,44 @@ class PhotonJoin(beam.PTransform):
         }
 
 
+# Why the streams must come unwindowed (`require_global_window`).
+_OWN_STATE = (
+    "its joiner keeps each query's clicks, and the ids of those already "
+    "joined, per window, so a click seen in two windows would be joined twice"
+)
+
+
+def _require_parameters(target, join, registry) -> None:
+    """`TypeError` for a parameter object of the wrong kind, at construction
+    rather than as an attribute error in a worker."""
+    expected = (
+        ("target", target, BigtableTarget),
+        ("join", join, JoinParams),
+        ("registry", registry, RegistryParams),
+    )
+    for name, value, kind in expected:
+        if not isinstance(value, kind):
+            raise TypeError(
+                f"PhotonJoin's {name} must be a {kind.__name__}, got {value!r}"
+            )
+
+
+def _query_and_click_streams(inputs) -> tuple[beam.PCollection, beam.PCollection]:
+    if not (
+        isinstance(inputs, tuple)
+        and len(inputs) == 2
+        and all(isinstance(i, beam.PCollection) for i in inputs)
+    ):
+        raise TypeError(
+            "PhotonJoin takes a pair (queries, clicks) of PCollections: "
+            f"(queries, clicks) | PhotonJoin(...), got {inputs!r}"
+        )
+    return inputs
+
+
 def _validate(record_type: type) -> beam.PTransform:
     return (
-        beam.ParDo(ValidateEvents())
+        beam.ParDo(ValidateEvents(record_type))
         .with_output_types(record_type, **{DEAD_LETTERS: DeadLetter})
         .with_outputs(DEAD_LETTERS, main="valid")
     )

@@ -6,11 +6,15 @@ used as defaults. Times are milliseconds, as in the records.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from transforms.millwheel.typed_params import check_field_types
+from transforms.records.parse import MAX_EVENT_TIME_MS, MIN_EVENT_TIME_MS
 
 DAY_MS = 24 * 3600 * 1000
+# Bigtable's table ids.
+_TABLE_ID = re.compile(r"[_a-zA-Z0-9][-_.a-zA-Z0-9]{0,49}")
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,23 @@ class BigtableTarget:
         check_field_types(self)
         if self.deadline_s <= 0:
             raise ValueError(f"deadline_s must be positive, got {self.deadline_s}")
+        if not self.project.strip() or not self.instance_id.strip():
+            raise ValueError(
+                f"project and instance_id must be named, got {self.project!r} "
+                f"and {self.instance_id!r}"
+            )
+        for table in (self.registry_table, self.events_table):
+            if not _TABLE_ID.fullmatch(table):
+                raise ValueError(
+                    f"{table!r} is not a Bigtable table id (1 to 50 letters, "
+                    "digits, '_', '-' or '.', not starting with '-' or '.')"
+                )
+        if self.registry_table == self.events_table:
+            # Each table's column families are its own kind of row.
+            raise ValueError(
+                "registry_table and events_table must differ, both are "
+                f"{self.registry_table!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -69,6 +90,13 @@ class JoinParams:
             )
         if self.shards < 1 or self.timer_slot_ms < 1:
             raise ValueError("shards and timer_slot_ms must be positive")
+        if self.timer_slot_ms > self.max_wait_ms:
+            # Deadlines are rounded up to a slot: a longer slot would make a
+            # click wait for its query longer than max_wait_ms says.
+            raise ValueError(
+                f"timer_slot_ms ({self.timer_slot_ms}) must be at most "
+                f"max_wait_ms ({self.max_wait_ms})"
+            )
 
 
 @dataclass(frozen=True)
@@ -130,6 +158,15 @@ class RegistryParams:
         check_field_types(self)
         if self.gc_days <= 0:
             raise ValueError(f"gc_days must be positive, got {self.gc_days}")
+        if self.now_ms is not None and not (
+            MIN_EVENT_TIME_MS <= self.now_ms <= MAX_EVENT_TIME_MS
+        ):
+            # A clock in seconds would make every click look decades young
+            # and switch the GC-horizon check off.
+            raise ValueError(
+                "now_ms is milliseconds since the epoch, between 2000 and 2100, "
+                f"got {self.now_ms}"
+            )
         if self.max_batch < 1 or self.max_in_flight < 1:
             raise ValueError("max_batch and max_in_flight must be positive")
         if not 0.0 <= self.fail_after_register_fraction <= 1.0:

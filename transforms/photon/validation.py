@@ -20,6 +20,12 @@ from apache_beam.metrics import Metrics
 from transforms.photon import event_store
 from transforms.photon.event_store import METRICS_NAMESPACE
 from transforms.records.dead_letter_pb2 import DeadLetter
+from transforms.records.lines import RAW_LIMIT_BYTES
+from transforms.records.parse import (
+    MAX_EVENT_TIME_MS,
+    MIN_EVENT_TIME_MS,
+    event_time_out_of_range,
+)
 from transforms.records.photon_pb2 import ClickEvent, QueryEvent
 
 DEAD_LETTERS = "dead_letters"
@@ -40,6 +46,10 @@ def problem(event: QueryEvent | ClickEvent) -> str | None:
         value = getattr(event, name)
         if not event.HasField(name) or (isinstance(value, str) and not value.strip()):
             return f"missing field {name!r}"
+    # Seconds or microseconds where milliseconds are meant would put a click
+    # decades past the registry's GC horizon, or centuries ahead of it.
+    if not MIN_EVENT_TIME_MS <= event.event_time <= MAX_EVENT_TIME_MS:
+        return event_time_out_of_range(str(event.event_time))
     return _too_long(event)
 
 
@@ -62,27 +72,40 @@ def _too_long(event: QueryEvent | ClickEvent) -> str | None:
 
 
 class ValidateEvents(beam.DoFn):
-    """Passes joinable events through; the rest become ``DeadLetter``s.
+    """Passes joinable events of ``record_type`` through; the rest become
+    ``DeadLetter``s.
 
-    Dead letters carry the serialized event as ``raw`` and are counted in
+    Dead letters carry the serialized event as ``raw`` (an element that is
+    not a ``record_type`` at all, its repr) and are counted in
     ``millwheel.photon/dead_letters``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, record_type: type[QueryEvent] | type[ClickEvent]) -> None:
+        self._record_type = record_type
         self._dead = Metrics.counter(METRICS_NAMESPACE, "dead_letters")
 
     def process(
         self, event: QueryEvent | ClickEvent
     ) -> Iterator[QueryEvent | ClickEvent | beam.pvalue.TaggedOutput]:
+        if not isinstance(event, self._record_type):
+            # A click in the query stream, a dict: not one bad record of the
+            # stream's kind, but a stream that cannot be joined as it is.
+            expected = self._record_type.__name__
+            reason = f"expected a {expected}, got a {type(event).__name__}"
+            yield self._dead_letter(repr(event).encode(), reason)
+            return
         reason = problem(event)
         if reason is None:
             yield event
             return
+        yield self._dead_letter(event.SerializeToString(), reason)
+
+    def _dead_letter(self, raw: bytes, reason: str) -> beam.pvalue.TaggedOutput:
         self._dead.inc()
         letter = DeadLetter(
             source=DEAD_LETTER_SOURCE,
-            raw=event.SerializeToString(),
+            raw=raw[:RAW_LIMIT_BYTES],
             reason=reason,
-            record_type=event.DESCRIPTOR.name,
+            record_type=self._record_type.__name__,
         )
-        yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+        return beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)

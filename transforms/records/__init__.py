@@ -8,7 +8,12 @@ Parsing and validation live in `parse`, file readers with dead letters in
 
 from transforms.records import coders as _coders  # noqa: F401  registers coders
 from transforms.records.dead_letter_pb2 import DeadLetter
-from transforms.records.photon_pb2 import ClickEvent, JoinedClick, QueryEvent
+from transforms.records.photon_pb2 import (
+    ClickEvent,
+    JoinedClick,
+    QueryEvent,
+    UnjoinableClick,
+)
 from transforms.records.zeitgeist_pb2 import (
     Anomaly,
     AnomalyKind,
@@ -27,6 +32,7 @@ __all__ = [
     "ModelUpdate",
     "QueryEvent",
     "SearchQuery",
+    "UnjoinableClick",
     "WindowCount",
     "WindowScore",
 ]

@@ -4,9 +4,9 @@ from collections.abc import Callable
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindows
 
 from transforms.millwheel.dedup import DedupByRecordId
+from transforms.millwheel.event_time import require_global_window
 from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.dead_letters import DEAD_LETTERS
 from transforms.records.zeitgeist_pb2 import (
@@ -38,6 +38,10 @@ from transforms.zeitgeist.window_counter import LATE, CountWindows
 ANOMALIES = "anomalies"
 WINDOW_COUNTS = "window_counts"
 LATE_RECORDS = "late"
+# Why searches must come unwindowed (`require_global_window`).
+_OWN_WINDOWS = (
+    "it buckets event time into windows of its own, of WindowParams(size_ms=...)"
+)
 
 
 class Zeitgeist(beam.PTransform):
@@ -134,7 +138,7 @@ class Zeitgeist(beam.PTransform):
         }
 
     def expand(self, searches):
-        _require_global_window(searches)
+        require_global_window(searches, "Zeitgeist", _OWN_WINDOWS)
         keyed = searches | "KeyByQuery" >> beam.ParDo(
             KeyByQuery(self._key_fn)
         ).with_output_types(
@@ -198,7 +202,7 @@ class ZeitgeistOnBatches(Zeitgeist):
     """
 
     def expand(self, tables):
-        _require_global_window(tables)
+        require_global_window(tables, "Zeitgeist", _OWN_WINDOWS)
         if not tables.is_bounded:
             raise ValueError(
                 "Zeitgeist.on_batches() reads a bounded input: each query's "
@@ -265,19 +269,6 @@ def _require_parameters(window, model, detector, model_store) -> None:
     if model_store is not None and not isinstance(model_store, ModelStoreConfig):
         raise TypeError(
             f"Zeitgeist's model_store must be a ModelStoreConfig, got {model_store!r}"
-        )
-
-
-def _require_global_window(pcoll) -> None:
-    """Zeitgeist buckets event time into its own windows (`WindowParams`):
-    searches already in windows of the user's would be counted per pair of
-    windows, and their zero-count and timer windows would not line up."""
-    windowfn = pcoll.windowing.windowfn
-    if not isinstance(windowfn, GlobalWindows):
-        raise ValueError(
-            f"Zeitgeist needs its input in the global window, got {windowfn!r}: "
-            "remove the WindowInto before it and set the window size with "
-            "WindowParams(size_ms=...)"
         )
 
 

@@ -31,11 +31,6 @@ class WindowParams:
     def __post_init__(self) -> None:
         if isinstance(self.late_data, str):  # "drop" or "correct"
             object.__setattr__(self, "late_data", LateDataPolicy(self.late_data))
-        if not isinstance(self.late_data, LateDataPolicy):
-            raise TypeError(
-                "window.late_data must be a LateDataPolicy (or 'drop' or "
-                f"'correct'), got {self.late_data!r}"
-            )
         check_field_types(self, "window")
         if self.size_ms <= 0:
             raise ValueError(f"window size must be positive, got {self.size_ms} ms")
