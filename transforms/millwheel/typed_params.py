@@ -69,3 +69,15 @@ def _field_types(cls: type) -> dict[str, Any]:
     # Resolves annotations written as strings (`from __future__ import
     # annotations`) once per class.
     return typing.get_type_hints(cls)
+
+
+def require_kinds(owner: str, *expected: tuple[str, Any, type]) -> None:
+    """Raises `TypeError` for an argument of `owner` (a transform's name)
+    that is not an instance of its class, given as (name, value, class)
+    triples: parameter objects passed in the wrong place or of the wrong
+    kind fail at construction, not as an attribute error in a worker."""
+    for name, value, kind in expected:
+        if not isinstance(value, kind):
+            raise TypeError(
+                f"{owner}'s {name} must be a {kind.__name__}, got {value!r}"
+            )

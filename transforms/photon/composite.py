@@ -24,6 +24,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.millwheel.event_time import require_global_window
+from transforms.millwheel.typed_params import require_kinds
 from transforms.photon.event_store import WriteToEventStore
 from transforms.photon.joiner import UNJOINABLE, Joiner, shard_of
 from transforms.photon.params import BigtableTarget, JoinParams, RegistryParams
@@ -72,7 +73,12 @@ class PhotonJoin(beam.PTransform):
         registry: RegistryParams = RegistryParams(),
     ) -> None:
         super().__init__()
-        _require_parameters(target, join, registry)
+        require_kinds(
+            "PhotonJoin",
+            ("target", target, BigtableTarget),
+            ("join", join, JoinParams),
+            ("registry", registry, RegistryParams),
+        )
         check_token(token)
         self._target = target
         self._token = token
@@ -128,21 +134,6 @@ _OWN_STATE = (
     "its joiner keeps each query's clicks, and the ids of those already "
     "joined, per window, so a click seen in two windows would be joined twice"
 )
-
-
-def _require_parameters(target, join, registry) -> None:
-    """`TypeError` for a parameter object of the wrong kind, at construction
-    rather than as an attribute error in a worker."""
-    expected = (
-        ("target", target, BigtableTarget),
-        ("join", join, JoinParams),
-        ("registry", registry, RegistryParams),
-    )
-    for name, value, kind in expected:
-        if not isinstance(value, kind):
-            raise TypeError(
-                f"PhotonJoin's {name} must be a {kind.__name__}, got {value!r}"
-            )
 
 
 def _query_and_click_streams(inputs) -> tuple[beam.PCollection, beam.PCollection]:

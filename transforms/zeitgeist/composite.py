@@ -7,6 +7,7 @@ import apache_beam as beam
 
 from transforms.millwheel.dedup import DedupByRecordId
 from transforms.millwheel.event_time import require_global_window
+from transforms.millwheel.typed_params import require_kinds
 from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.dead_letters import DEAD_LETTERS
 from transforms.records.zeitgeist_pb2 import (
@@ -99,7 +100,14 @@ class Zeitgeist(beam.PTransform):
         scores: bool = True,
     ):
         super().__init__()
-        _require_parameters(window, model, detector, model_store)
+        require_kinds(
+            "Zeitgeist",
+            ("window", window, WindowParams),
+            ("model", model, ModelParams),
+            ("detector", detector, DetectorParams),
+        )
+        if model_store is not None:
+            require_kinds("Zeitgeist", ("model_store", model_store, ModelStoreConfig))
         if not callable(key_fn):
             raise TypeError(f"key_fn must be callable, got {key_fn!r}")
         if isinstance(dedup_horizon_ms, bool) or not isinstance(dedup_horizon_ms, int):
@@ -251,25 +259,6 @@ class ZeitgeistOnBatches(Zeitgeist):
             LATE_RECORDS: detected[LATE],
             DEAD_LETTERS: counted[DEAD_LETTERS],
         }
-
-
-def _require_parameters(window, model, detector, model_store) -> None:
-    """`TypeError` for a parameter object of the wrong kind (or none), at
-    construction rather than as an attribute error in a worker."""
-    expected = (
-        ("window", window, WindowParams),
-        ("model", model, ModelParams),
-        ("detector", detector, DetectorParams),
-    )
-    for name, value, kind in expected:
-        if not isinstance(value, kind):
-            raise TypeError(
-                f"Zeitgeist's {name} must be a {kind.__name__}, got {value!r}"
-            )
-    if model_store is not None and not isinstance(model_store, ModelStoreConfig):
-        raise TypeError(
-            f"Zeitgeist's model_store must be a ModelStoreConfig, got {model_store!r}"
-        )
 
 
 class _DedupIdentified(beam.PTransform):
