@@ -140,5 +140,12 @@ def check_options(options: PipelineOptions) -> None:
     }
     for name, low in least.items():
         value = getattr(spark, name)
-        if value is not None and not (math.isfinite(value) and value >= low):
+        if value is None:
+            continue
+        # Through the job server, options arrive as the strings they were.
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not (math.isfinite(number) and number >= low):
             raise ValueError(f"SparkRunner: --{name} must be >= {low}, got {value}")

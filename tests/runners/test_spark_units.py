@@ -22,7 +22,7 @@ from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 from runners.spark.drain_plan import truncation_targets
 from runners.spark.driver_stages import driver_stages
 from runners.spark.errors import StageFailure, from_spark_exception, summarize
-from runners.spark.options import check_options, parse_spark_conf
+from runners.spark.options import SparkOptions, check_options, parse_spark_conf
 from runners.spark.plan import TimerFamily
 from runners.spark.runner import optimize
 from runners.spark.state_store import TimerQueue
@@ -207,11 +207,16 @@ def test_mistaken_runner_options_are_refused(flags, message):
 
 def test_runner_options_in_range_and_other_flags_pass():
     # A flag of the user's own (no runner prefix) is not the runner's business.
-    check_options(
-        PipelineOptions(
-            ["--spark_master_url=local[2]", "--checkpoint_dir=/tmp/c", "--my_flag=1"]
-        )
+    options = PipelineOptions(
+        ["--spark_master_url=local[2]", "--checkpoint_dir=/tmp/c", "--my_flag=1"]
     )
+    check_options(options)
+    # Through the job server, values arrive as the strings they were.
+    options.view_as(SparkOptions).spark_bundle_bytes = "8388608"
+    check_options(options)
+    options.view_as(SparkOptions).spark_bundle_bytes = "lots"
+    with pytest.raises(ValueError, match="spark_bundle_bytes must be >= 1, got lots"):
+        check_options(options)
 
 
 class _Remember(beam.DoFn):
