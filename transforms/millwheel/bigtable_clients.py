@@ -35,11 +35,11 @@ def data_client(project: str) -> BigtableDataClient:
 def admin_client(project: str) -> Client:
     """A classic client of ``project`` with admin rights (tables, families).
 
-    It makes a data client of its own on first use of some calls: make those
-    calls inside ``emulator_said_once()``.
+    Making it does not warn; it makes a data client of its own when its
+    first table is named, which does: use its tables inside
+    ``emulator_said_once()``.
     """
-    with emulator_said_once():
-        return Client(project=project, admin=True)
+    return Client(project=project, admin=True)
 
 
 @contextlib.contextmanager

@@ -21,11 +21,7 @@ from transforms.photon import event_store
 from transforms.photon.event_store import METRICS_NAMESPACE
 from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.lines import RAW_LIMIT_BYTES
-from transforms.records.parse import (
-    MAX_EVENT_TIME_MS,
-    MIN_EVENT_TIME_MS,
-    event_time_out_of_range,
-)
+from transforms.records.parse import event_time_problem
 from transforms.records.photon_pb2 import ClickEvent, QueryEvent
 
 DEAD_LETTERS = "dead_letters"
@@ -48,9 +44,7 @@ def problem(event: QueryEvent | ClickEvent) -> str | None:
             return f"missing field {name!r}"
     # Seconds or microseconds where milliseconds are meant would put a click
     # decades past the registry's GC horizon, or centuries ahead of it.
-    if not MIN_EVENT_TIME_MS <= event.event_time <= MAX_EVENT_TIME_MS:
-        return event_time_out_of_range(str(event.event_time))
-    return _too_long(event)
+    return event_time_problem(event.event_time) or _too_long(event)
 
 
 def _too_long(event: QueryEvent | ClickEvent) -> str | None:

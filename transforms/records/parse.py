@@ -180,17 +180,21 @@ def _event_time(row: Row) -> int:
     millis = _as_int(value)
     if millis is None:
         millis = _iso_millis(value)
-    if not MIN_EVENT_TIME_MS <= millis <= MAX_EVENT_TIME_MS:
-        raise InvalidRecord(event_time_out_of_range(_show(value)))
+    reason = event_time_problem(millis, _show(value))
+    if reason is not None:
+        raise InvalidRecord(reason)
     return millis
 
 
-def event_time_out_of_range(shown: str) -> str:
-    """The reason given for an event time outside the accepted range (most
-    often seconds or microseconds where milliseconds are meant)."""
+def event_time_problem(millis: int, shown: str | None = None) -> str | None:
+    """Why an event time of `millis` is refused (outside the accepted range:
+    most often seconds or microseconds where milliseconds are meant), or
+    None. `shown` is the value as the record gave it, if not `millis`."""
+    if MIN_EVENT_TIME_MS <= millis <= MAX_EVENT_TIME_MS:
+        return None
     return (
         f"field 'event_time' must be between {MIN_EVENT_TIME:%Y-%m-%d} and "
-        f"{MAX_EVENT_TIME:%Y-%m-%d} UTC, got {shown}"
+        f"{MAX_EVENT_TIME:%Y-%m-%d} UTC, got {millis if shown is None else shown}"
     )
 
 

@@ -9,11 +9,7 @@ from apache_beam.metrics import Metrics
 from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.dead_letters import DEAD_LETTERS
 from transforms.records.lines import RAW_LIMIT_BYTES
-from transforms.records.parse import (
-    MAX_EVENT_TIME_MS,
-    MIN_EVENT_TIME_MS,
-    event_time_out_of_range,
-)
+from transforms.records.parse import event_time_problem
 from transforms.records.zeitgeist_pb2 import SearchQuery
 
 DEAD_LETTER_SOURCE = "Zeitgeist"
@@ -57,8 +53,8 @@ class KeyByQuery(beam.DoFn):
             reason = f"count must be a non-negative integer, got {search.count}"
         elif not search.HasField("event_time"):
             reason = "missing field 'event_time'"
-        elif not MIN_EVENT_TIME_MS <= search.event_time <= MAX_EVENT_TIME_MS:
-            reason = event_time_out_of_range(str(search.event_time))
+        else:
+            reason = event_time_problem(search.event_time)
         if reason is None:
             yield key, search
         else:
