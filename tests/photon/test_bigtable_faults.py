@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -20,8 +21,9 @@ from google.cloud.bigtable import column_family
 
 from testing.bigtable_emulator import LOCAL_BUILD, BigtableEmulator, free_port
 from testing.photon_generator import PhotonSpec, generate
-from transforms.photon import BigtableTarget, ClickRef, IdRegistry
-from transforms.photon.bigtable_retry import TableGone
+from transforms.photon import BigtableTarget, ClickRef, EventStore, IdRegistry
+from transforms.photon.bigtable_retry import BigtableUnavailable, TableGone
+from transforms.photon.id_registry import Outcome
 from transforms.photon.registry_gc import GcHorizonTooShort
 
 pytestmark = [
@@ -63,6 +65,49 @@ def test_an_emulator_restarted_empty_under_a_registry_is_detected():
             registry.register(ClickRef("c2", T0), "A")
         registry.close()
     finally:
+        emulator.stop()
+
+
+@pytest.mark.parametrize(
+    "open_store, table",
+    [
+        (lambda target: IdRegistry(target, gc_days=3), "id_registry"),
+        (EventStore, "events"),
+    ],
+    ids=["registry", "event_store"],
+)
+def test_bigtable_unreachable_at_start_fails_within_the_deadline(
+    monkeypatch, open_store, table
+):
+    # Nothing listens on the port: every admin call that would create the
+    # table is refused, as by a Bigtable down when the job starts.
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", f"127.0.0.1:{free_port()}")
+    target = BigtableTarget("p", "i", deadline_s=DEADLINE_S)
+    started = time.monotonic()
+    with pytest.raises(BigtableUnavailable) as raised:
+        open_store(target)
+    took = time.monotonic() - started
+    assert f"table {table!r}: create table kept failing" in str(raised.value)
+    assert f"deadline {DEADLINE_S:g} s" in str(raised.value)
+    # Google's admin client alone retried for about 60 s, then raised its
+    # own RetryError.
+    assert took < DEADLINE_S + 5, took
+
+
+def test_bigtable_that_comes_up_within_the_deadline_is_waited_for(monkeypatch):
+    port = free_port()
+    monkeypatch.setenv("BIGTABLE_EMULATOR_HOST", f"127.0.0.1:{port}")
+    target = BigtableTarget("p", "i", deadline_s=60.0)
+    emulator = BigtableEmulator(("bttest",), port=port)
+    # The emulator starts while the registry's first admin calls are failing.
+    starting = threading.Timer(1.0, emulator.start)
+    starting.start()
+    try:
+        registry = IdRegistry(target, gc_days=3)
+        assert registry.register(ClickRef("c1", T0), "A") is Outcome.REGISTERED
+        registry.close()
+    finally:
+        starting.join()
         emulator.stop()
 
 

@@ -23,9 +23,10 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from google.api_core.exceptions import AlreadyExists
-from google.cloud.bigtable import Client, column_family
+from google.api_core.exceptions import AlreadyExists, NotFound
+from google.cloud.bigtable import column_family
 from google.cloud.bigtable.column_family import GarbageCollectionRule
+from google.cloud.bigtable_admin_v2 import types as admin_types
 
 from transforms.millwheel.bigtable_clients import admin_client, emulator_said_once
 
@@ -93,7 +94,7 @@ def ensure_table(
     instance_id: str,
     spec: TableSpec,
     *,
-    client: Client | None = None,
+    attempt_timeout_s: float | None = None,
 ) -> None:
     """Create ``spec``'s table and any missing column family, once per process.
 
@@ -101,6 +102,11 @@ def ensure_table(
     someone else in the meantime counts as success. Existing families keep
     their GC rules (an operator may have tuned them); only missing ones are
     added. Honours ``BIGTABLE_EMULATOR_HOST`` through the client.
+
+    With ``attempt_timeout_s`` each admin call is tried once, bounded by it,
+    and a failure is raised as it is, for a caller that retries under its own
+    deadline (calling again is safe: every step checks what exists). Without
+    it, Google's client retries each call by its own defaults (about 60 s).
     """
     # The endpoint is part of the key: tests start several emulators per process.
     key = (
@@ -113,53 +119,116 @@ def ensure_table(
         if key in _ensured:
             return
         with emulator_said_once():
-            admin = client or admin_client(project)
-            table = admin.instance(instance_id).table(spec.table_id)
-            if not table.exists():
-                _create_table(table, spec)
-            _add_missing_families(table, spec)
+            tables = _TableAdmin(project, instance_id, attempt_timeout_s)
+            present = tables.families(spec.table_id)
+            if present is None:
+                present = tables.create(spec)
+            for name, gc_rule in spec.column_families.items():
+                if name not in present:
+                    tables.add_family(spec.table_id, name, gc_rule)
         _ensured.add(key)
 
 
-def _create_table(table, spec: TableSpec) -> None:
-    _log.info("creating Bigtable table %s", table.name)
-    try:
-        table.create(column_families=dict(spec.column_families))
-    except AlreadyExists:
-        _log.info("table %s was created concurrently", table.name)
-
-
-def _add_missing_families(table, spec: TableSpec) -> None:
-    present = table.list_column_families()
-    for name, gc_rule in spec.column_families.items():
-        if name in present:
-            continue
-        _log.info("adding column family %s to %s", name, table.name)
-        # Another worker may add it between our listing and this call.
-        with contextlib.suppress(AlreadyExists):
-            table.column_family(name, gc_rule=gc_rule).create()
-
-
 def family_max_age(
-    project: str, instance_id: str, table_id: str, family: str
+    project: str,
+    instance_id: str,
+    table_id: str,
+    family: str,
+    *,
+    attempt_timeout_s: float | None = None,
 ) -> datetime.timedelta | None:
     """The age past which ``family``'s GC rule drops any cell of an existing
-    table, or None if age alone never drops one (or the family is absent)."""
+    table, or None if age alone never drops one (or the family is absent).
+    ``attempt_timeout_s`` as in `ensure_table`."""
     with emulator_said_once():
-        admin = admin_client(project)
-        table = admin.instance(instance_id).table(table_id)
-        families = table.list_column_families()
+        tables = _TableAdmin(project, instance_id, attempt_timeout_s)
+        families = tables.families(table_id) or {}
     present = families.get(family)
     return None if present is None else _max_age(present.gc_rule)
 
 
-def _max_age(rule: GarbageCollectionRule | None) -> datetime.timedelta | None:
-    if isinstance(rule, column_family.MaxAgeGCRule):
+class _TableAdmin:
+    """The table-admin calls ``ensure_table`` makes, on Google's generated
+    admin client: unlike the classic ``Table`` methods, its calls take a
+    timeout and a retry policy."""
+
+    def __init__(
+        self, project: str, instance_id: str, attempt_timeout_s: float | None
+    ) -> None:
+        self._admin = admin_client(project).table_admin_client
+        self._instance = f"projects/{project}/instances/{instance_id}"
+        self._call_options = (
+            {}
+            if attempt_timeout_s is None
+            else {"retry": None, "timeout": attempt_timeout_s}
+        )
+
+    def families(self, table_id: str) -> Mapping[str, admin_types.ColumnFamily] | None:
+        """The table's column families, or None if the table does not exist."""
+        try:
+            table = self._admin.get_table(
+                request={
+                    "name": self._table_name(table_id),
+                    "view": admin_types.Table.View.SCHEMA_VIEW,
+                },
+                **self._call_options,
+            )
+        except NotFound:
+            return None
+        return dict(table.column_families)
+
+    def create(self, spec: TableSpec) -> Mapping[str, admin_types.ColumnFamily]:
+        """Creates the table with the spec's families; the families it has."""
+        _log.info("creating Bigtable table %s", self._table_name(spec.table_id))
+        families = {
+            name: _family_pb(rule) for name, rule in spec.column_families.items()
+        }
+        try:
+            self._admin.create_table(
+                request={
+                    "parent": self._instance,
+                    "table_id": spec.table_id,
+                    "table": admin_types.Table(column_families=families),
+                },
+                **self._call_options,
+            )
+        except AlreadyExists:
+            _log.info("table %s was created concurrently", spec.table_id)
+            return self.families(spec.table_id) or {}
+        return families
+
+    def add_family(
+        self, table_id: str, name: str, gc_rule: GarbageCollectionRule | None
+    ) -> None:
+        _log.info("adding column family %s to %s", name, table_id)
+        change = admin_types.ModifyColumnFamiliesRequest.Modification(
+            id=name, create=_family_pb(gc_rule)
+        )
+        # Another worker may add it between our listing and this call.
+        with contextlib.suppress(AlreadyExists):
+            self._admin.modify_column_families(
+                request={"name": self._table_name(table_id), "modifications": [change]},
+                **self._call_options,
+            )
+
+    def _table_name(self, table_id: str) -> str:
+        return f"{self._instance}/tables/{table_id}"
+
+
+def _family_pb(rule: GarbageCollectionRule | None) -> admin_types.ColumnFamily:
+    if rule is None:
+        return admin_types.ColumnFamily()
+    return admin_types.ColumnFamily(gc_rule=rule.to_pb())
+
+
+def _max_age(rule: admin_types.GcRule) -> datetime.timedelta | None:
+    kind = admin_types.GcRule.pb(rule).WhichOneof("rule")
+    if kind == "max_age":
         return rule.max_age
-    if isinstance(rule, column_family.GCRuleUnion):  # any rule may drop a cell
-        ages = [age for age in map(_max_age, rule.rules) if age is not None]
+    if kind == "union":  # any rule may drop a cell
+        ages = [age for age in map(_max_age, rule.union.rules) if age is not None]
         return min(ages, default=None)
-    if isinstance(rule, column_family.GCRuleIntersection):  # all must agree
-        ages = [_max_age(r) for r in rule.rules]
+    if kind == "intersection":  # all must agree
+        ages = [_max_age(r) for r in rule.intersection.rules]
         return None if None in ages else max(ages, default=None)
     return None  # no rule, or a version limit: the latest cell stays

@@ -3,7 +3,8 @@
 Registry writes used to give up after about 1.5 s, the data client's reads
 and bulk writes retried for up to 600 s, and ``check_and_mutate_row`` was not
 retried at all. Here every call (conditional writes on the raw channel, the
-data client's reads, bulk writes and conditional writes) is retried on
+data client's reads, bulk writes and conditional writes, and the admin calls
+that create the tables on first use) is retried on
 transient errors with exponential backoff until ``BigtableTarget.deadline_s``
 has passed since its first attempt, then fails with `BigtableUnavailable`,
 whose message names the table and the operation. The data client is built
@@ -24,6 +25,8 @@ from typing import TypeVar
 
 import grpc
 from google.api_core import exceptions as core
+
+from transforms.millwheel.bigtable_tables import TableSpec, ensure_table
 
 T = TypeVar("T")
 
@@ -54,10 +57,15 @@ class TableGone(RuntimeError):
     """A table the job was using no longer exists."""
 
 
+def attempt_timeout(deadline_s: float) -> float:
+    """The bound of one attempt of a call retried until ``deadline_s``."""
+    return min(deadline_s, 20.0)
+
+
 def table_timeouts(deadline_s: float) -> dict[str, float]:
     """Keyword arguments for ``BigtableDataClient.get_table`` that bound every
     operation of the data client, retries included, by ``deadline_s``."""
-    attempt = min(deadline_s, 20.0)
+    attempt = attempt_timeout(deadline_s)
     return {
         "default_operation_timeout": deadline_s,
         "default_attempt_timeout": attempt,
@@ -92,6 +100,24 @@ def call_with_retries(
                 ) from error
         time.sleep(delay)
         delay = min(2 * delay, _MAX_DELAY_S)
+
+
+def ensure_table_by_deadline(
+    deadline_s: float, project: str, instance_id: str, spec: TableSpec
+) -> None:
+    """``bigtable_tables.ensure_table`` under this policy: each admin call is
+    one attempt, and the whole is retried until ``deadline_s``."""
+    call_with_retries(
+        spec.table_id,
+        "create table",
+        lambda: ensure_table(
+            project,
+            instance_id,
+            spec,
+            attempt_timeout_s=attempt_timeout(deadline_s),
+        ),
+        deadline_s,
+    )
 
 
 def check_gone(table: str, operation: str, error: BaseException) -> None:

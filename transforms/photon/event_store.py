@@ -29,11 +29,14 @@ from google.cloud.bigtable.data import row_filters as rf
 from transforms.millwheel.bigtable_clients import data_client
 from transforms.millwheel.bigtable_tables import (
     EVENTS_FAMILY,
-    ensure_table,
     events_table,
 )
 from transforms.millwheel.productions import deterministic_row_key
-from transforms.photon.bigtable_retry import call_with_retries, table_timeouts
+from transforms.photon.bigtable_retry import (
+    call_with_retries,
+    ensure_table_by_deadline,
+    table_timeouts,
+)
 from transforms.photon.params import BigtableTarget
 from transforms.records.photon_pb2 import QueryEvent
 
@@ -54,8 +57,11 @@ class EventStore:
     """
 
     def __init__(self, target: BigtableTarget) -> None:
-        ensure_table(
-            target.project, target.instance_id, events_table(target.events_table)
+        ensure_table_by_deadline(
+            target.deadline_s,
+            target.project,
+            target.instance_id,
+            events_table(target.events_table),
         )
         self._client = data_client(target.project)
         self._table = self._client.get_table(

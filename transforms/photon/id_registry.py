@@ -67,11 +67,14 @@ from google.cloud.bigtable.data import row_filters as rf
 from transforms.millwheel.bigtable_clients import data_client
 from transforms.millwheel.bigtable_tables import (
     ID_REGISTRY_FAMILY,
-    ensure_table,
     id_registry_table,
 )
 from transforms.millwheel.productions import deterministic_row_key
-from transforms.photon.bigtable_retry import call_with_retries, table_timeouts
+from transforms.photon.bigtable_retry import (
+    call_with_retries,
+    ensure_table_by_deadline,
+    table_timeouts,
+)
 from transforms.photon.bigtable_rpc import (
     ConditionalWrite,
     PipelinedCheckAndMutate,
@@ -156,7 +159,8 @@ class IdRegistry:
         max_in_flight: int = 128,
         columns_per_write: int = COLUMNS_PER_WRITE,
     ) -> None:
-        ensure_table(
+        ensure_table_by_deadline(
+            target.deadline_s,
             target.project,
             target.instance_id,
             id_registry_table(gc_days, target.registry_table),

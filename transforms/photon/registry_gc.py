@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 
 from transforms.millwheel.bigtable_tables import ID_REGISTRY_FAMILY, family_max_age
+from transforms.photon.bigtable_retry import attempt_timeout, call_with_retries
 from transforms.photon.params import DAY_MS, BigtableTarget
 
 
@@ -36,8 +37,17 @@ def check_gc_horizon(target: BigtableTarget, gc_days: int) -> None:
     """Raises `GcHorizonTooShort` if the existing registry table's GC rule
     drops cells younger than ``gc_days``: the age check would then let a
     click through whose earlier registration is already gone."""
-    max_age = family_max_age(
-        target.project, target.instance_id, target.registry_table, ID_REGISTRY_FAMILY
+    max_age = call_with_retries(
+        target.registry_table,
+        "read GC rule",
+        lambda: family_max_age(
+            target.project,
+            target.instance_id,
+            target.registry_table,
+            ID_REGISTRY_FAMILY,
+            attempt_timeout_s=attempt_timeout(target.deadline_s),
+        ),
+        target.deadline_s,
     )
     if max_age is not None and max_age < datetime.timedelta(days=gc_days):
         raise GcHorizonTooShort(
