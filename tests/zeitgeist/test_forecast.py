@@ -717,3 +717,18 @@ def test_the_window_after_a_new_normal_is_judged_on_its_own_deviation():
     update_confidence(state, after, DetectorParams())
     assert state.spike == 2.0
     assert state.previous_deviation_start == T0 + WINDOW
+
+
+def test_the_daily_predictor_is_not_chosen_in_its_first_window():
+    # A million a window all morning, then four million for the rest of the
+    # day and the next. At the first window of day two the daily memory
+    # holds yesterday's million, the level four million.
+    rng = random.Random(9)
+    counts = [round(1e6 * (1 + 0.01 * rng.gauss(0, 1))) for _ in range(DAY // 2)]
+    counts += [round(4e6 * (1 + 0.01 * rng.gauss(0, 1))) for _ in range(DAY)]
+    first_daily = next(w for w in range(DAY, len(counts)) if w % DAY == 0)
+    folded = replay(counts)
+    # Nothing learned about the daily predictor yet: its spread and error
+    # are zero, which is no evidence that it predicts better.
+    assert folded.in_use[first_daily] == "level"
+    assert abs(folded.deviations[first_daily]) < 6

@@ -322,8 +322,11 @@ def _chosen(state: ModelState, params: ModelParams, seasonal: dict[str, float]) 
     best = "level"
     best_error = state.level_error
     for name in seasonal:
-        if name == "week" and not state.week_spread:
-            continue  # its first window: nothing learned, nothing earned
+        if not getattr(state, _FIELDS[name].spread):
+            # Its first window: nothing learned, nothing earned. Its zero
+            # error would beat any other, and its zero spread would make
+            # the window's deviation thousands of spreads.
+            continue
         error = getattr(state, _FIELDS[name].error)
         ratio = (
             params.weekly_choice_ratio
