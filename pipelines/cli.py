@@ -181,6 +181,7 @@ _JOB_ERRORS = (
     "TableGone",
     "GcHorizonTooShort",
     "LayoutMismatch",
+    "CheckpointMismatch",
 )
 _JOB_ERROR_LINE = re.compile(rf"\b({'|'.join(_JOB_ERRORS)}): (.+)")
 
@@ -190,8 +191,8 @@ def main(run: Callable[[], int], prog: str) -> NoReturn:
 
     A `UsageError` or `ConfigError` is one line on stderr and status 2. A
     job that fails with one of the errors it raises on purpose (Bigtable
-    unavailable past its deadline, a table gone, a registry that does not
-    fit the config) is one line too, the error's own, and status 1; which
+    unavailable past its deadline, a table gone, a registry or a checkpoint
+    that does not fit the config) is one line too, the error's own, and status 1; which
     runner wrapped it does not matter. Anything else is a bug: traceback.
     """
     console.configure_logging()

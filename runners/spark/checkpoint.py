@@ -2,7 +2,9 @@
 
 Layout under ``--checkpoint_dir``::
 
-    job.json            the pipeline's stateful stages and the key-group count
+    job.json            the pipeline's stateful stages, their windowing, the
+                        state parameters its transforms declare and the
+                        key-group count
     offsets/<N>.json    written before batch N runs: what the batch reads (each
                         source's range), its processing time, its watermarks
     commits/<N>.json    written once batch N's outputs and state are durable:
@@ -54,13 +56,34 @@ def _write_atomically(path: Path, record: dict) -> None:
         os.close(dir_fd)
 
 
-# The layout of what a checkpoint names. 4: the job records its keyed
-# stages' windowing; 3: fused stages are named by their sorted steps (2 by
+# The layout of what a checkpoint names. 5: the job records the state
+# parameters its transforms declare (`transforms.millwheel.state_params`);
+# 4: its keyed stages' windowing; 3: fused stages are named by their sorted steps (2 by
 # their transform id, whose order of steps varied between processes; 1 with
 # Beam's process-wide counter). A directory of another layout is refused:
 # its remainders and state would be looked up under names this version does
 # not give, or its windows not checked.
-LAYOUT = 4
+LAYOUT = 5
+
+
+def _differences(recorded: dict, job: dict) -> list[str]:
+    """What differs between two job records, one entry per differing value
+    (within a mapping, per key: a changed window size names its transform)."""
+    found = []
+    for key in sorted(recorded.keys() | job.keys()):
+        before, now = recorded.get(key), job.get(key)
+        if before == now:
+            continue
+        if isinstance(before, dict) and isinstance(now, dict):
+            found.extend(
+                f"{key} of {name}: recorded {before.get(name)}, this run "
+                f"{now.get(name)}"
+                for name in sorted(before.keys() | now.keys())
+                if before.get(name) != now.get(name)
+            )
+        else:
+            found.append(f"{key}: recorded {before}, this run {now}")
+    return found
 
 
 class CheckpointDir:
@@ -83,8 +106,10 @@ class CheckpointDir:
         if recorded != job:
             raise CheckpointMismatch(
                 f"checkpoint directory {self.root} was written by another "
-                f"pipeline or with other streaming options (recorded "
-                f"{recorded}, this run {job}); use a new --checkpoint_dir"
+                f"pipeline or with other streaming options or parameters: "
+                f"{'; '.join(_differences(recorded, job))}. Run with the "
+                "recorded values to resume, or use a new --checkpoint_dir "
+                "to start afresh"
             )
 
     def write_offsets(self, batch: int, record: dict) -> None:

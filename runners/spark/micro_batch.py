@@ -52,6 +52,7 @@ from runners.spark.test_stream_source import TEST_STREAM_URN
 from runners.spark.translation import FLATTEN, GROUP_BY_KEY, RddTranslator
 from runners.spark.watermark import MAX_MICROS
 from runners.spark.watermark_manager import Watermarks
+from transforms.millwheel.state_params import declared_state_params
 
 
 @dataclass
@@ -161,6 +162,19 @@ class MicroBatchTranslator(RddTranslator):
             if self._is_keyed(p)
             for pc in sorted(_main_inputs(p))
         }
+
+    def state_params(self) -> dict[str, Any]:
+        """Per transform that declares them, the parameters its state is
+        kept under (`transforms.millwheel.state_params`): a window size or a
+        shard count the checkpoint's state cannot be read under another
+        value of."""
+        declared = {}
+        for primitive in self.primitives:
+            for step in _steps(primitive):
+                params = declared_state_params(step.annotations)
+                if params is not None:
+                    declared[step.unique_name] = params
+        return declared
 
     def _is_keyed(self, proto: beam_runner_api_pb2.PTransform) -> bool:
         if proto.spec.urn == GROUP_BY_KEY:
@@ -394,6 +408,17 @@ def _main_inputs(proto: beam_runner_api_pb2.PTransform) -> set[str]:
         return set(proto.inputs.values())
     payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(proto.spec.payload)
     return {payload.input}
+
+
+def _steps(
+    proto: beam_runner_api_pb2.PTransform,
+) -> list[beam_runner_api_pb2.PTransform]:
+    """The transforms a primitive runs: a fused stage's steps (fusion keeps
+    them, with their annotations, only in the stage's payload), or itself."""
+    if proto.spec.urn != EXECUTABLE_STAGE:
+        return [proto]
+    payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(proto.spec.payload)
+    return [payload.components.transforms[step] for step in payload.transforms]
 
 
 def _never(_record) -> bool:

@@ -122,6 +122,7 @@ class StreamingJob:
             {
                 "keyed_stages": sorted(translator.keyed_stages()),
                 "windowing": translator.keyed_windowing(),
+                "state_params": translator.state_params(),
                 "key_groups": self._settings.key_groups,
             }
         )

@@ -438,3 +438,27 @@ def test_a_sigkill_mid_stream_and_a_restart_lose_nothing_and_repeat_nothing(tmp_
     assert closed_through >= stream.spec.start_ms + DAY_MS - 15 * 60_000
     for name in OUTPUTS:
         assert live[name] == _up_to(batch[name], closed_through), name
+
+
+def test_a_restart_with_another_window_size_is_refused_in_one_line(tmp_path):
+    # The counter's timers and pending windows, and the model's seasonal
+    # slots, were written under 5-minute windows: read under 10-minute ones
+    # they split and lose counts.
+    inbox, output, checkpoint = tmp_path / "inbox", tmp_path / "live", tmp_path / "ck"
+    inbox.mkdir()
+    drop_file(inbox, "part0.jsonl", cut(_stream().events, 4)[0])
+    job = _cli(output, inbox, checkpoint)
+    try:
+        _wait_for(lambda: (checkpoint / "job.json").exists())
+    finally:
+        kill_tree(job.pid)
+        job.wait(timeout=60)
+    assert (checkpoint / "job.json").exists(), job.stderr.read()[-4000:]
+
+    job = _cli(output, inbox, checkpoint, "--window_seconds=600")
+    _, stderr = job.communicate(timeout=180)
+    assert job.returncode == 1, stderr[-4000:]
+    assert "Traceback" not in stderr, stderr[-4000:]
+    (line,) = [line for line in stderr.splitlines() if "job failed" in line]
+    assert "window_ms': 300000}, this run {'window_ms': 600000}" in line
+    assert "Run with the recorded values to resume" in line

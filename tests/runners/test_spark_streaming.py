@@ -34,6 +34,7 @@ from apache_beam.utils.timestamp import Duration
 
 from runners.spark import SparkRunner
 from runners.spark.checkpoint import CheckpointMismatch
+from transforms.millwheel.state_params import apply_with_state_params
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark_session")]
 
@@ -202,6 +203,41 @@ def test_a_checkpoint_under_other_windows_is_refused(tmp_path):
     _summed_per_window(other, 120, tmp_path / "second")
     with pytest.raises(CheckpointMismatch, match="another pipeline.*windowing"):
         other.run()
+
+
+class _SumPerKey(beam.DoFn):
+    """Sums a key's values in state; `size` stands for a parameter the state
+    was written under, such as a window size."""
+
+    TOTAL = ReadModifyWriteStateSpec("total", VarIntCoder())
+
+    def process(self, element, total=beam.DoFn.StateParam(TOTAL)):
+        total.write((total.read() or 0) + element[1])
+        yield element[0], total.read()
+
+
+def _summed_under(p, size):
+    values = p | TestStream().add_elements([("a", 1)]).advance_watermark_to_infinity()
+    return apply_with_state_params(
+        values, "SumPerKey", beam.ParDo(_SumPerKey()), {"size": size}
+    )
+
+
+def test_a_checkpoint_under_other_declared_state_params_is_refused(tmp_path):
+    with _pipeline(tmp_path) as p:
+        _summed_under(p, 60)
+    again = _pipeline(tmp_path)
+    _summed_under(again, 60)
+    again.run().wait_until_finish()  # the same values: resumed
+    other = _pipeline(tmp_path)
+    _summed_under(other, 120)
+    with pytest.raises(CheckpointMismatch) as refused:
+        other.run()
+    # The message names the transform and both values, and how to go on.
+    assert (
+        "state_params of SumPerKey: recorded {'size': 60}, this run {'size': 120}"
+    ) in str(refused.value)
+    assert "Run with the recorded values to resume" in str(refused.value)
 
 
 def test_rerunning_a_finished_job_on_its_checkpoint_says_so(tmp_path, caplog):

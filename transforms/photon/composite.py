@@ -24,6 +24,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from transforms.millwheel.event_time import require_global_window
+from transforms.millwheel.state_params import apply_with_state_params
 from transforms.millwheel.typed_params import require_kinds
 from transforms.photon.event_store import WriteToEventStore
 from transforms.photon.joiner import UNJOINABLE, Joiner, shard_of
@@ -109,16 +110,29 @@ class PhotonJoin(beam.PTransform):
                 tuple[int, JoinerEvent]
             ),
         ) | "Union" >> beam.Flatten()
-        joined = keyed | "Join" >> beam.ParDo(
-            Joiner(self._target, self._join)
-        ).with_output_types(JoinedClick, **{UNJOINABLE: UnjoinableClick}).with_outputs(
-            UNJOINABLE, main="candidates"
+        # A shard's state holds the query ids `shard_of` sent it, and its
+        # timers are tagged by slot: under another shard count or slot a
+        # restarted job would join a click its old shard had seen.
+        joined = apply_with_state_params(
+            keyed,
+            "Join",
+            beam.ParDo(Joiner(self._target, self._join))
+            .with_output_types(JoinedClick, **{UNJOINABLE: UnjoinableClick})
+            .with_outputs(UNJOINABLE, main="candidates"),
+            {"shards": shards, "timer_slot_ms": self._join.timer_slot_ms},
         )
-        registered = joined.candidates | "Register" >> beam.ParDo(
-            RegisterJoins(self._target, self._token, self._registry)
-        ).with_output_types(
-            JoinedClick, **{UNJOINABLE: UnjoinableClick, WASTED: JoinedClick}
-        ).with_outputs(UNJOINABLE, WASTED, main=JOINED)
+        # A batch replayed after a crash registers its clicks again: under
+        # another token they would be another pipeline's, and never output.
+        registered = apply_with_state_params(
+            joined.candidates,
+            "Register",
+            beam.ParDo(RegisterJoins(self._target, self._token, self._registry))
+            .with_output_types(
+                JoinedClick, **{UNJOINABLE: UnjoinableClick, WASTED: JoinedClick}
+            )
+            .with_outputs(UNJOINABLE, WASTED, main=JOINED),
+            {"pipeline_token": self._token},
+        )
         return {
             JOINED: registered[JOINED],
             UNJOINABLE: (joined[UNJOINABLE], registered[UNJOINABLE])

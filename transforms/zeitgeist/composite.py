@@ -7,6 +7,7 @@ import apache_beam as beam
 
 from transforms.millwheel.dedup import DedupByRecordId
 from transforms.millwheel.event_time import require_global_window
+from transforms.millwheel.state_params import apply_with_state_params
 from transforms.millwheel.typed_params import require_kinds
 from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.dead_letters import DEAD_LETTERS
@@ -169,11 +170,17 @@ class Zeitgeist(beam.PTransform):
         retain_ms = self._window.late_data.allowed_lateness_ms
         if retain_ms:
             retain_ms += self._window.size_ms
-        updates = counted.windows | "ModelCalculator" >> beam.ParDo(
-            ModelCalculator(
-                self._model, self._window.size_ms, retain_ms, self._model_store
-            )
-        ).with_output_types(tuple[str, ModelUpdate])
+        # The model's seasonal memories are slots of windows.
+        updates = apply_with_state_params(
+            counted.windows,
+            "ModelCalculator",
+            beam.ParDo(
+                ModelCalculator(
+                    self._model, self._window.size_ms, retain_ms, self._model_store
+                )
+            ).with_output_types(tuple[str, ModelUpdate]),
+            {"window_ms": self._window.size_ms},
+        )
         detected = updates | "SpikeDipDetector" >> beam.ParDo(
             SpikeDipDetector(self._detector, retain_ms, self._scores)
         ).with_output_types(Anomaly, **{SCORES: WindowScore}).with_outputs(

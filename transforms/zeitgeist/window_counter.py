@@ -34,6 +34,7 @@ from transforms.millwheel.event_time import (
     window_start,
 )
 from transforms.millwheel.lateness import Lateness
+from transforms.millwheel.state_params import apply_with_state_params
 from transforms.records.zeitgeist_pb2 import SearchQuery, WindowCount
 from transforms.zeitgeist.params import WindowParams
 from transforms.zeitgeist.pending_windows import PendingWindows
@@ -371,11 +372,15 @@ class CountWindows(beam.PTransform):
                 combined,
                 combined | "InputEnd" >> _InputEndPunctuation(end),
             ) | "WithInputEnd" >> beam.Flatten()
-        return combined | "WindowCounter" >> beam.ParDo(
-            WindowCounter(self._params)
-        ).with_output_types(
-            tuple[str, WindowCount], **{LATE: SearchQuery}
-        ).with_outputs(LATE, main="windows")
+        # Timer tags are window starts, and a window ends one size later.
+        return apply_with_state_params(
+            combined,
+            "WindowCounter",
+            beam.ParDo(WindowCounter(self._params))
+            .with_output_types(tuple[str, WindowCount], **{LATE: SearchQuery})
+            .with_outputs(LATE, main="windows"),
+            {"window_ms": self._params.size_ms},
+        )
 
 
 class _InputEndPunctuation(beam.PTransform):
