@@ -16,6 +16,7 @@ from runners.spark import SparkRunner
 from transforms.millwheel.event_time import to_millis, to_timestamp
 from transforms.records.follow import (
     FileListing,
+    FileVersion,
     FollowedFiles,
     FollowedFilesTracker,
     FollowSearchQueries,
@@ -44,16 +45,30 @@ def _drop(directory, name: str, times: list[int], extra: str = "") -> None:
 # -- the restriction and the watermark, without a runner ----------------------
 
 
+def _file(path: str, size: int = 10, last_updated: float = 1.0) -> FileVersion:
+    return FileVersion(path, size, last_updated)
+
+
 def test_a_checkpoint_remembers_the_files_read_and_forgets_the_files_gone():
-    tracker = FollowedFilesTracker(FollowedFiles(frozenset({"/d/a", "/d/gone"})))
-    assert tracker.try_claim(FileListing(frozenset({"/d/a", "/d/b", "/d/c"})))
-    assert tracker.try_claim("/d/b")
+    a, b, c, gone = _file("/d/a"), _file("/d/b"), _file("/d/c"), _file("/d/gone")
+    tracker = FollowedFilesTracker(FollowedFiles(frozenset({a, gone})))
+    assert tracker.try_claim(FileListing(frozenset({a, b, c})))
+    assert tracker.try_claim(b)
     primary, residual = tracker.try_split(0)
-    assert residual == FollowedFiles(frozenset({"/d/a", "/d/b"}))
-    assert primary.seen == frozenset({"/d/b"})
+    assert residual == FollowedFiles(frozenset({a, b}))
+    assert primary.seen == frozenset({b})
     # After the checkpoint nothing more is claimed: /d/c is the remainder's.
-    assert not tracker.try_claim("/d/c")
+    assert not tracker.try_claim(c)
     tracker.check_done()
+
+
+def test_a_file_replaced_under_its_name_is_forgotten_as_it_was():
+    before, replaced = _file("/d/a", 10, 1.0), _file("/d/a", 12, 2.0)
+    tracker = FollowedFilesTracker(FollowedFiles(frozenset({before})))
+    assert tracker.try_claim(FileListing(frozenset({replaced})))
+    assert tracker.try_claim(replaced)
+    _, residual = tracker.try_split(0)
+    assert residual == FollowedFiles(frozenset({replaced}))
 
 
 def test_a_followed_directory_that_did_not_checkpoint_is_not_done():
@@ -171,18 +186,22 @@ def test_files_arriving_in_waves_are_each_read_once_and_windows_close_on_event_t
         _drop(inbox, "c.jsonl", [T0 + 170_000])
         _wait_for(lambda: len(_lines(counts)) == 2)
         assert _lines(counts)[1:] == [f"{T0 + 60_000} 2"]
+        # a.jsonl replaced under its name by a new file: another file, read.
+        (inbox / "a.jsonl").unlink()
+        _drop(inbox, "a.jsonl", [T0 + 171_000])
+        _wait_for(lambda: len(_lines(read)) == 7)
     finally:
         # Draining reads whatever arrived meanwhile and closes every window.
         _drop(inbox, "d.jsonl", [T0 + 175_000])
         assert result.drain() == PipelineState.DONE
     assert sorted(_lines(read)) == sorted(
         ["a.jsonl-0", "a.jsonl-1", "a.jsonl-2", "b.jsonl-0", "b.jsonl-1"]
-        + ["c.jsonl-0", "d.jsonl-0"]
+        + ["c.jsonl-0", "a.jsonl-0", "d.jsonl-0"]
     )
     assert sorted(_lines(counts)) == [
         f"{T0} 3",
         f"{T0 + 60_000} 2",
-        f"{T0 + 120_000} 2",
+        f"{T0 + 120_000} 3",
     ]
     assert _lines(dead) == ["invalid JSON: Expecting value at column 1"]
     counters = {
@@ -190,8 +209,9 @@ def test_files_arriving_in_waves_are_each_read_once_and_windows_close_on_event_t
         for c in result.metrics().query()["counters"]
         if c.key.metric.namespace == "millwheel.records"
     }
-    assert counters["files_followed"] == 4
-    assert counters["records_read"] == 7
+    assert counters["files_followed"] == 5
+    assert counters["files_read_again"] == 1
+    assert counters["records_read"] == 8
 
 
 class _WindowCount(beam.DoFn):

@@ -9,13 +9,19 @@ runs on any runner with unbounded splittable DoFns (this project's
 SparkRunner in streaming, Beam's DirectRunner in streaming):
 
 - **Each file once, across restarts.** The restriction is the set of files
-  already read. A poll's remainder carries it, so a runner that checkpoints
-  remainders with the outputs (the SparkRunner commits both in one batch)
-  never reads a file twice nor skips one. A file that is gone from the
-  directory is forgotten, which keeps the set as small as the directory.
+  already read, each as its path, size and modification time (a
+  `FileVersion`). A poll's remainder carries it, so a runner that
+  checkpoints remainders with the outputs (the SparkRunner commits both in
+  one batch) never reads a file twice nor skips one. A file that is gone
+  from the directory is forgotten, which keeps the set as small as the
+  directory. A file replaced under the same name, while the job ran or
+  while it was down, is another version, read whole (a warning and the
+  counter `files_read_again` say so): by path alone it was skipped, its
+  records lost without a word.
 - **Files must appear whole.** Write a file elsewhere (or under a name
   starting with `.` or `_`, which are never read) and rename it into place:
-  a file is read as it is at the poll that finds it.
+  a file is read as it is at the poll that finds it, and one written to in
+  place after that is read again, whole, its first records twice.
 - **Event time from the records.** Each record is stamped with its
   `event_time`. The watermark is MillWheel's injector estimate: the newest
   event time read, less `max_disorder_seconds` (how far a record may arrive
@@ -34,9 +40,10 @@ caps the records of a batch checkpoints between files, never inside one.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -65,6 +72,7 @@ from transforms.records.readers import (
 
 __all__ = [
     "FileListing",
+    "FileVersion",
     "FollowClickEvents",
     "FollowQueryEvents",
     "FollowRecords",
@@ -75,6 +83,7 @@ __all__ = [
 ]
 
 _NO_EVENT_MS = to_millis(MIN_TIMESTAMP)
+_LOGGER = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,23 +102,33 @@ class FollowSettings:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
 
 
+class FileVersion(NamedTuple):
+    """A file as a poll found it. The same path with another size or
+    modification time (a file replaced under its name) is another version."""
+
+    path: str
+    size: int
+    last_updated: float
+
+
 @dataclasses.dataclass(frozen=True)
 class FollowedFiles:
-    """The restriction of a followed directory: the files already read.
+    """The restriction of a followed directory: the file versions already
+    read.
 
     `final` is a drained restriction: read what is present, then end.
     """
 
-    seen: frozenset[str] = frozenset()
+    seen: frozenset[FileVersion] = frozenset()
     final: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class FileListing:
     """What matched at one poll; claimed before the poll's files, so that the
-    remainder forgets the files that are gone."""
+    remainder forgets the files that are gone (or replaced)."""
 
-    present: frozenset[str]
+    present: frozenset[FileVersion]
 
 
 class FollowedFilesTracker(RestrictionTracker):
@@ -121,14 +140,14 @@ class FollowedFilesTracker(RestrictionTracker):
 
     def __init__(self, restriction: FollowedFiles) -> None:
         self._restriction = restriction
-        self._present: frozenset[str] | None = None
-        self._claimed: list[str] = []
+        self._present: frozenset[FileVersion] | None = None
+        self._claimed: list[FileVersion] = []
         self._checkpointed = False
 
     def current_restriction(self) -> FollowedFiles:
         return self._restriction
 
-    def try_claim(self, position: FileListing | str) -> bool:
+    def try_claim(self, position: FileListing | FileVersion) -> bool:
         if self._checkpointed:
             return False
         if isinstance(position, FileListing):
@@ -259,22 +278,27 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
         _watermark=beam.DoFn.WatermarkEstimatorParam(),
     ) -> Iterator[Any]:
         restriction = tracker.current_restriction()
-        found = [
-            metadata
-            for metadata in FileSystems.match([self._pattern])[0].metadata_list
-            if not _is_hidden(metadata.path)
-        ]
-        if not tracker.try_claim(FileListing(frozenset(m.path for m in found))):
-            return
-        new = sorted(
-            (m for m in found if m.path not in restriction.seen),
-            key=lambda m: (m.last_updated_in_seconds, m.path),
+        found = frozenset(
+            FileVersion(m.path, m.size_in_bytes, m.last_updated_in_seconds)
+            for m in FileSystems.match([self._pattern])[0].metadata_list
+            if not _is_hidden(m.path)
         )
-        for metadata in new:
-            if not tracker.try_claim(metadata.path):
+        if not tracker.try_claim(FileListing(found)):
+            return
+        read_before = {version.path for version in restriction.seen}
+        new = sorted(found - restriction.seen, key=lambda v: (v.last_updated, v.path))
+        for version in new:
+            if not tracker.try_claim(version):
                 return
+            if version.path in read_before:
+                _LOGGER.warning(
+                    "%s changed after it was read (replaced, or written to in "
+                    "place): reading it again, whole",
+                    version.path,
+                )
+                counter("files_read_again").inc()
             counter("files_followed").inc()
-            yield from self._read(metadata.path)
+            yield from self._read(version.path)
         if not restriction.final:
             tracker.defer_remainder(Duration.of(self._settings.poll_seconds))
 
