@@ -182,6 +182,7 @@ _JOB_ERRORS = (
     "GcHorizonTooShort",
     "LayoutMismatch",
     "CheckpointMismatch",
+    "CheckpointInUse",
 )
 _JOB_ERROR_LINE = re.compile(rf"\b({'|'.join(_JOB_ERRORS)}): (.+)")
 

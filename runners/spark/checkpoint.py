@@ -2,6 +2,7 @@
 
 Layout under ``--checkpoint_dir``::
 
+    lock                held by the running job (its process id inside)
     job.json            the pipeline's stateful stages, their windowing, the
                         state parameters its transforms declare and the
                         key-group count
@@ -23,6 +24,7 @@ leaves either the old file or the new one, never half of one.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -38,6 +40,10 @@ _BATCH_FILE = re.compile(r"^(\d+)\.json$")
 
 class CheckpointMismatch(ValueError):
     """The checkpoint directory belongs to another pipeline or layout."""
+
+
+class CheckpointInUse(RuntimeError):
+    """Another running job holds the checkpoint directory."""
 
 
 def _write_atomically(path: Path, record: dict) -> None:
@@ -92,6 +98,37 @@ class CheckpointDir:
     def __init__(self, path: str | os.PathLike) -> None:
         self.root = Path(path)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._lock: int | None = None
+
+    def claim(self) -> None:
+        """Holds the directory for this job until `release`, or until its
+        process ends, however it ends (the kernel drops the lock).
+
+        Two drivers on one directory would each replay the batch the other
+        logged and commit over the other's commits: their state and outputs
+        are then those of neither. Raises `CheckpointInUse`, naming the
+        holder's process id, if another job holds it.
+        """
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise CheckpointInUse(
+                f"checkpoint directory {self.root} is in use by another running "
+                f"job (process {holder}): stop that job first, or use another "
+                "--checkpoint_dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock = fd
+
+    def release(self) -> None:
+        """Lets another job use the directory (see `claim`)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def bind(self, job: dict[str, Any]) -> None:
         """Records ``job`` (stateful stages, key groups) on first use; refuses a

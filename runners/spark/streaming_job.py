@@ -94,7 +94,13 @@ class StreamingJob:
         self._plans = {False: plan, True: drain_plan}
         # Side-input PCollections' elements from every committed batch.
         self._side_contents: dict[str, list[bytes]] = {}
-        self._use_plan(draining=False)
+        # Held until `run` returns: released on any refusal before that.
+        self.checkpoint.claim()
+        try:
+            self._use_plan(draining=False)
+        except BaseException:
+            self.checkpoint.release()
+            raise
         self.state = runner.PipelineState.STOPPED
         self.error: BaseException | None = None
         self.position = JobPosition(
@@ -169,6 +175,8 @@ class StreamingJob:
         except BaseException as exc:  # noqa: BLE001 - reported by the result
             self.error = from_spark_exception(exc) or exc
             self.state = runner.PipelineState.FAILED
+        finally:
+            self.checkpoint.release()
 
     def stop(self) -> None:
         """Asks the loop to stop after the batch it is running commits."""

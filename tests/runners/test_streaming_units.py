@@ -4,11 +4,20 @@ directory and the TestStream script."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
 import apache_beam as beam
 import pytest
 from apache_beam.portability.api import beam_runner_api_pb2
 
-from runners.spark.checkpoint import CheckpointDir, CheckpointMismatch
+from runners.spark.checkpoint import (
+    CheckpointDir,
+    CheckpointInUse,
+    CheckpointMismatch,
+)
 from runners.spark.components import add_windowed_coders
 from runners.spark.durable_store import (
     EVENT_DOMAIN,
@@ -117,6 +126,41 @@ def test_checkpoint_refuses_another_pipeline_and_keeps_the_last_commit(tmp_path)
     assert checkpoint.last_commit() == (1, {"n": 1})
     with pytest.raises(CheckpointMismatch, match="another pipeline"):
         CheckpointDir(tmp_path).bind({"keyed_stages": ["a"], "key_groups": 8})
+
+
+def test_a_checkpoint_held_by_a_running_job_is_refused_to_another(tmp_path):
+    running = CheckpointDir(tmp_path)
+    running.claim()
+    with pytest.raises(CheckpointInUse, match=f"process {os.getpid()}"):
+        CheckpointDir(tmp_path).claim()
+    running.release()
+    CheckpointDir(tmp_path).claim()  # free once the first job let it go
+
+
+def test_a_checkpoint_held_by_a_killed_job_is_free(tmp_path):
+    # A driver killed with SIGKILL never releases: the kernel does.
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from runners.spark.checkpoint import CheckpointDir\n"
+            "CheckpointDir(sys.argv[1]).claim()\n"
+            "print('held', flush=True)\n"
+            "time.sleep(600)\n",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(CheckpointInUse, match=f"process {holder.pid}"):
+            CheckpointDir(tmp_path).claim()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    CheckpointDir(tmp_path).claim()
 
 
 def test_checkpoint_of_an_earlier_layout_is_refused(tmp_path):
