@@ -197,3 +197,14 @@ def test_horizon_rejects_only_clicks_older_than_gc_days():
     assert older_than_horizon(now - 3 * DAY, now, gc_days=3) is None
     reason = older_than_horizon(now - 3 * DAY - 1, now, gc_days=3)
     assert "GC horizon of 3 days" in reason
+
+
+def test_owners_of_clicks_over_more_rows_than_one_read_takes(registry):
+    # A click a minute for a day: some 600 rows of the registry, more than
+    # one ReadRows asks for (500), as verification asks of a day's clicks.
+    batch = [ClickRef(f"c{i}", T0 + i * MINUTE) for i in range(1500)]
+    assert len({row_key(click, LAYOUT) for click in batch}) > 500
+    assert registry.register_many(batch, "A") == [Outcome.REGISTERED] * 1500
+    assert registry.owners(batch) == {click.click_id: "A" for click in batch}
+    # And a second registration of them all reads every holder too.
+    assert registry.register_many(batch, "A") == [Outcome.ALREADY_MINE] * 1500

@@ -327,16 +327,16 @@ class IdRegistry:
     def _holders(self, groups: _Groups) -> dict[tuple[bytes, bytes], bytes]:
         """The token holding each column of ``groups``, for those held."""
         found: dict[tuple[bytes, bytes], bytes] = {}
-        rows = list(groups)
-        for start in range(0, len(rows), _READ_CHUNK):
+        keys = list(groups)
+        for start in range(0, len(keys), _READ_CHUNK):
             query = ReadRowsQuery(
-                row_keys=rows[start : start + _READ_CHUNK], row_filter=_latest_cells()
+                row_keys=keys[start : start + _READ_CHUNK], row_filter=_latest_cells()
             )
-            rows = self._call(
+            read = self._call(
                 "ReadRows (holders)",
                 lambda query=query: list(self._table.read_rows(query)),
             )
-            for row in rows:
+            for row in read:
                 wanted = groups[row.row_key]
                 for cell in row.get_cells(ID_REGISTRY_FAMILY):
                     if cell.qualifier in wanted:
