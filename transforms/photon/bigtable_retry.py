@@ -46,6 +46,8 @@ _TRANSIENT_ERRORS = (
     core.RetryError,
 )
 _FIRST_DELAY_S = 0.05
+# The least time an attempt is given, however little the deadline leaves.
+_LEAST_ATTEMPT_S = 0.1
 _MAX_DELAY_S = 2.0
 
 
@@ -76,17 +78,29 @@ def table_timeouts(deadline_s: float) -> dict[str, float]:
     }
 
 
+def within(left_s: float) -> dict[str, float]:
+    """Keyword arguments that bound one call of the data client (its own
+    retries included) by the ``left_s`` seconds a deadline leaves."""
+    return {"operation_timeout": left_s, "attempt_timeout": attempt_timeout(left_s)}
+
+
 def call_with_retries(
-    table: str, operation: str, call: Callable[[], T], deadline_s: float
+    table: str, operation: str, call: Callable[[float], T], deadline_s: float
 ) -> T:
-    """``call()``, retried on transient errors until ``deadline_s`` after the
-    first attempt; raises `BigtableUnavailable` or `TableGone` naming
-    ``table`` and ``operation``, and any other error as it is."""
+    """``call(left_s)``, retried on transient errors until ``deadline_s``
+    after the first attempt; raises `BigtableUnavailable` or `TableGone`
+    naming ``table`` and ``operation``, and any other error as it is.
+
+    Each attempt is given the seconds the deadline leaves it, and must not
+    take longer (`within`): an attempt started near the deadline with a
+    timeout of its own ran the job past it (27 s with a deadline of 15).
+    """
     started = time.monotonic()
     delay = _FIRST_DELAY_S
     while True:
         try:
-            return call()
+            left = deadline_s - (time.monotonic() - started)
+            return call(max(left, _LEAST_ATTEMPT_S))
         except Exception as error:
             check_gone(table, operation, error)
             if not is_transient(error):
@@ -110,11 +124,8 @@ def ensure_table_by_deadline(
     call_with_retries(
         spec.table_id,
         "create table",
-        lambda: ensure_table(
-            project,
-            instance_id,
-            spec,
-            attempt_timeout_s=attempt_timeout(deadline_s),
+        lambda left: ensure_table(
+            project, instance_id, spec, attempt_timeout_s=attempt_timeout(left)
         ),
         deadline_s,
     )

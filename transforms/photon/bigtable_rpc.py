@@ -102,7 +102,8 @@ class PipelinedCheckAndMutate:
         if len(writes) == 1:
             # Alone, a blocking call: a future's completion hand-off only adds
             # latency when there is nothing to overlap.
-            return [self._answer(writes[0], partial(self._blocking, writes[0]))]
+            first = partial(self._blocking, writes[0], self._timeout_s)
+            return [self._answer(writes[0], first)]
         matched: list[bool] = [False] * len(writes)
         in_flight: deque = deque()
         for i, write in enumerate(writes):
@@ -130,9 +131,11 @@ class PipelinedCheckAndMutate:
             self._request(write), timeout=self._timeout_s, metadata=self._metadata
         )
 
-    def _blocking(self, write: ConditionalWrite):
+    def _blocking(self, write: ConditionalWrite, left_s: float):
         return self._call(
-            self._request(write), timeout=self._timeout_s, metadata=self._metadata
+            self._request(write),
+            timeout=min(self._timeout_s, left_s),
+            metadata=self._metadata,
         )
 
     def _collect(
@@ -148,10 +151,11 @@ class PipelinedCheckAndMutate:
         """The write's ``predicate_matched``, resending it on transient errors."""
         attempts = [first_attempt]
 
-        def attempt() -> bool:
+        def attempt(left_s: float) -> bool:
             # The first answer is the pipelined call's; a resend goes alone.
-            call = attempts.pop() if attempts else partial(self._blocking, write)
-            return call().predicate_matched
+            if attempts:
+                return attempts.pop()().predicate_matched
+            return self._blocking(write, left_s).predicate_matched
 
         return call_with_retries(
             self._table_id, "CheckAndMutateRow (register)", attempt, self._deadline_s

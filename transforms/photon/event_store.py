@@ -36,6 +36,7 @@ from transforms.photon.bigtable_retry import (
     call_with_retries,
     ensure_table_by_deadline,
     table_timeouts,
+    within,
 )
 from transforms.photon.params import BigtableTarget
 from transforms.records.photon_pb2 import QueryEvent
@@ -101,7 +102,7 @@ class EventStore:
             call_with_retries(
                 self._table_id,
                 "MutateRows (store queries)",
-                lambda: self._table.bulk_mutate_rows(entries),
+                lambda left: self._table.bulk_mutate_rows(entries, **within(left)),
                 self._deadline_s,
             )
         return len(entries)
@@ -120,7 +121,7 @@ class EventStore:
         rows = call_with_retries(
             self._table_id,
             "ReadRows (look up queries)",
-            lambda: list(self._table.read_rows(query)),
+            lambda left: list(self._table.read_rows(query, **within(left))),
             self._deadline_s,
         )
         found = {}

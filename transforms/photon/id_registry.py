@@ -74,6 +74,7 @@ from transforms.photon.bigtable_retry import (
     call_with_retries,
     ensure_table_by_deadline,
     table_timeouts,
+    within,
 )
 from transforms.photon.bigtable_rpc import (
     ConditionalWrite,
@@ -202,13 +203,18 @@ class IdRegistry:
         # first write wins and the other reads it below.
         self._call(
             "CheckAndMutateRow (layout)",
-            lambda: self._table.check_and_mutate_row(
-                LAYOUT_ROW, _column(_LAYOUT_COLUMN), false_case_mutations=[record]
+            lambda left: self._table.check_and_mutate_row(
+                LAYOUT_ROW,
+                _column(_LAYOUT_COLUMN),
+                false_case_mutations=[record],
+                operation_timeout=left,
             ),
         )
         row = self._call(
             "ReadRow (layout)",
-            lambda: self._table.read_row(LAYOUT_ROW, row_filter=_latest_cells()),
+            lambda left: self._table.read_row(
+                LAYOUT_ROW, row_filter=_latest_cells(), **within(left)
+            ),
         )
         cells = row.get_cells(ID_REGISTRY_FAMILY, _LAYOUT_COLUMN) if row else []
         recorded = cells[0].value if cells else None
@@ -222,10 +228,11 @@ class IdRegistry:
             )
         # Rewritten to keep it ahead of GC.
         self._call(
-            "MutateRow (layout)", lambda: self._table.mutate_row(LAYOUT_ROW, record)
+            "MutateRow (layout)",
+            lambda left: self._table.mutate_row(LAYOUT_ROW, record, **within(left)),
         )
 
-    def _call(self, operation: str, call: Callable[[], T]) -> T:
+    def _call(self, operation: str, call: Callable[[float], T]) -> T:
         return call_with_retries(self._table_id, operation, call, self._deadline_s)
 
     def close(self) -> None:
@@ -334,7 +341,9 @@ class IdRegistry:
             )
             read = self._call(
                 "ReadRows (holders)",
-                lambda query=query: list(self._table.read_rows(query)),
+                lambda left, query=query: list(
+                    self._table.read_rows(query, **within(left))
+                ),
             )
             for row in read:
                 wanted = groups[row.row_key]
@@ -374,13 +383,14 @@ class IdRegistry:
         now_micros = time.time_ns() // 1_000_000 * 1000
         moved = self._call(
             "CheckAndMutateRow (take over)",
-            lambda: self._table.check_and_mutate_row(
+            lambda left: self._table.check_and_mutate_row(
                 row_key(click, self._layout),
                 held,
                 true_case_mutations=[
                     DeleteRangeFromColumn(ID_REGISTRY_FAMILY, qualifier),
                     SetCell(ID_REGISTRY_FAMILY, qualifier, token.encode(), now_micros),
                 ],
+                operation_timeout=left,
             ),
         )
         # A resent write that had been applied finds the click moved already.

@@ -40,12 +40,12 @@ def check_gc_horizon(target: BigtableTarget, gc_days: int) -> None:
     max_age = call_with_retries(
         target.registry_table,
         "read GC rule",
-        lambda: family_max_age(
+        lambda left: family_max_age(
             target.project,
             target.instance_id,
             target.registry_table,
             ID_REGISTRY_FAMILY,
-            attempt_timeout_s=attempt_timeout(target.deadline_s),
+            attempt_timeout_s=attempt_timeout(left),
         ),
         target.deadline_s,
     )
