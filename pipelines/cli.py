@@ -183,6 +183,7 @@ _JOB_ERRORS = (
     "LayoutMismatch",
     "CheckpointMismatch",
     "CheckpointInUse",
+    "SparkDriverLost",
 )
 _JOB_ERROR_LINE = re.compile(rf"\b({'|'.join(_JOB_ERRORS)}): (.+)")
 

@@ -1,10 +1,14 @@
-"""Surfacing user-code failures from Spark executors on the driver.
+"""Surfacing failures from Spark on the driver, in Python terms.
 
 An executor wraps a failed bundle's SDK error in :class:`StageFailure`, whose
 text carries a marked, base64-encoded record (exception type, message,
 transform, stage, traceback). Spark relays it inside a Py4J/JVM error; the
 driver finds the record and raises :class:`PipelineError` with the Python
 story first, instead of a JVM stack.
+
+When the driver's own JVM dies (killed, out of memory), every Py4J call
+after fails with a connection error; :func:`driver_lost` turns that into
+:class:`SparkDriverLost`, one line that says so.
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ import base64
 import builtins
 import json
 import re
+import signal
+import subprocess
 
+# How long a JVM whose connection broke is given to be seen to exit.
+_EXIT_GRACE_SECONDS = 5.0
 _BEGIN, _END = "<<millwheel-stage-error:", ":millwheel-stage-error>>"
 _RECORD = re.compile(re.escape(_BEGIN) + r"([A-Za-z0-9+/=]+)" + re.escape(_END))
 _LAST_LINE = re.compile(r"^([A-Za-z_][\w.]*): ?(.*)$")
@@ -117,3 +125,53 @@ def from_spark_exception(exc: BaseException) -> PipelineError | None:
     # The original SDK traceback stays reachable for debugging.
     error.add_note("Worker traceback:\n" + record["traceback"])
     return error
+
+
+class SparkDriverLost(RuntimeError):
+    """Spark's driver JVM, which PySpark talks to through Py4J, is gone."""
+
+
+def driver_lost(
+    spark_context, exc: BaseException, outcome: str
+) -> SparkDriverLost | None:
+    """A :class:`SparkDriverLost` if ``exc`` came from a dead driver JVM,
+    its message ending in ``outcome``: what became of the job's work.
+
+    A JVM that PySpark launched is judged by its process (PySpark keeps its
+    ``Popen``); one it did not launch by the error alone: a Py4J network
+    error or a broken connection somewhere in its chain.
+    """
+    from py4j.protocol import Py4JNetworkError
+
+    broken = any(
+        isinstance(e, (Py4JNetworkError, ConnectionError)) for e in _chain(exc)
+    )
+    process = getattr(getattr(spark_context, "_gateway", None), "proc", None)
+    if process is None:
+        status = None
+        if not broken:
+            return None
+    else:
+        try:
+            # A killed process closes its sockets before it can be reaped:
+            # the broken connection can be seen first.
+            status = process.wait(timeout=_EXIT_GRACE_SECONDS if broken else 0)
+        except subprocess.TimeoutExpired:
+            return None
+    return SparkDriverLost(f"Spark's driver JVM {_how_it_ended(status)}; {outcome}")
+
+
+def _how_it_ended(status: int | None) -> str:
+    if status is None:
+        return "stopped answering"
+    if status < 0:
+        return f"was killed by {signal.Signals(-status).name}"
+    return f"exited with status {status}"
+
+
+def _chain(exc: BaseException):
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__

@@ -24,7 +24,7 @@ from apache_beam.transforms import environments
 
 from runners.spark.drain_plan import drain_phases
 from runners.spark.driver_stages import EXECUTABLE_STAGE
-from runners.spark.errors import from_spark_exception
+from runners.spark.errors import driver_lost, from_spark_exception
 from runners.spark.metrics import MetricsSnapshot, SparkMetrics
 from runners.spark.options import SparkOptions, check_options
 from runners.spark.progress import ProgressLog
@@ -99,30 +99,36 @@ class SparkRunner(runner.PipelineRunner):
         translator = RddTranslator(optimized, sc, spark_options)
         started = time.monotonic()
         try:
-            with ProgressLog(sc, float(spark_options.spark_progress_seconds)):
-                translator.translate()
-                if translator.leaves:
-                    _LOGGER.info(
-                        "SparkRunner: running the %d stage(s) whose output "
-                        "nothing reads",
-                        len(translator.leaves),
-                    )
-                    sc.union(translator.leaves).foreach(_discard)
-            _LOGGER.info(
-                "SparkRunner: done in %.1f s: %d fused stages on %s, %d of them "
-                "on the driver",
-                time.monotonic() - started,
-                translator.stages,
-                sc.master,
-                translator.stages_on_driver,
-            )
+            try:
+                with ProgressLog(sc, float(spark_options.spark_progress_seconds)):
+                    translator.translate()
+                    if translator.leaves:
+                        _LOGGER.info(
+                            "SparkRunner: running the %d stage(s) whose output "
+                            "nothing reads",
+                            len(translator.leaves),
+                        )
+                        sc.union(translator.leaves).foreach(_discard)
+            finally:
+                # A call to the JVM: if it has died, this raises too, and the
+                # handler below sees that error, the first one in its chain.
+                translator.unpersist()
         except Exception as exc:
             error = from_spark_exception(exc)
-            if error is None:
-                raise
-            raise error from None
-        finally:
-            translator.unpersist()
+            if error is not None:
+                raise error from None
+            lost = driver_lost(sc, exc, "the job's outputs are incomplete")
+            if lost is not None:
+                raise lost from exc
+            raise
+        _LOGGER.info(
+            "SparkRunner: done in %.1f s: %d fused stages on %s, %d of them "
+            "on the driver",
+            time.monotonic() - started,
+            translator.stages,
+            sc.master,
+            translator.stages_on_driver,
+        )
         return SparkPipelineResult(
             runner.PipelineState.DONE, translator.accumulator.value
         )

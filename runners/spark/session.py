@@ -106,6 +106,7 @@ def get_or_create_session(options: SparkOptions) -> SparkSession:
         builder = builder.config(key, value)
     _launch_driver_jvm({**conf, "spark.master": master, "spark.app.name": _APP_NAME})
     session = builder.getOrCreate()
+    _quiet_accumulator_server(session.sparkContext)
     if master.startswith("spark://"):
         ship_project_code(session.sparkContext)
     return session
@@ -131,6 +132,28 @@ def _launch_driver_jvm(conf: dict[str, str]) -> None:
     spark_conf = SparkConf(loadDefaults=False).setAll(conf.items())
     gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
     SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _quiet_accumulator_server(spark_context: SparkContext) -> None:
+    """One warning line, not a traceback, when the JVM's accumulator
+    connection breaks.
+
+    The driver JVM keeps one connection open to PySpark's accumulator
+    server. When the JVM dies, the server's handler reads EOF and
+    ``socketserver`` prints that traceback to stderr, ahead of the job's
+    own error (`SparkDriverLost`), which says what happened.
+    """
+    server = getattr(spark_context, "_accumulatorServer", None)
+    if server is None:
+        return
+
+    def handle_error(request, client_address) -> None:
+        _LOGGER.warning(
+            "SparkRunner: the driver JVM's accumulator connection broke (%s)",
+            sys.exc_info()[0].__name__,
+        )
+
+    server.handle_error = handle_error
 
 
 def ship_project_code(spark_context: SparkContext) -> None:

@@ -40,7 +40,7 @@ from runners.spark.checkpoint import CheckpointDir
 from runners.spark.drain_plan import truncation_targets
 from runners.spark.driver_stages import IMPULSE
 from runners.spark.durable_store import GroupSummary
-from runners.spark.errors import from_spark_exception
+from runners.spark.errors import driver_lost, from_spark_exception
 from runners.spark.job_position import JobPosition, Remainder
 from runners.spark.metrics import MetricsSnapshot
 from runners.spark.micro_batch import BatchSpec, MicroBatchTranslator
@@ -173,10 +173,22 @@ class StreamingJob:
                     self._stop.wait(pause)
             self.state = runner.PipelineState.CANCELLED
         except BaseException as exc:  # noqa: BLE001 - reported by the result
-            self.error = from_spark_exception(exc) or exc
+            self.error = from_spark_exception(exc) or self._lost(exc) or exc
             self.state = runner.PipelineState.FAILED
         finally:
             self.checkpoint.release()
+
+    def _lost(self, exc: BaseException) -> BaseException | None:
+        root = self.checkpoint.root
+        lost = driver_lost(
+            self._sc,
+            exc,
+            f"every batch before {self.position.next_batch} is committed in "
+            f"{root}, and a run with --checkpoint_dir={root} resumes after it",
+        )
+        if lost is not None:
+            lost.__cause__ = exc
+        return lost
 
     def stop(self) -> None:
         """Asks the loop to stop after the batch it is running commits."""

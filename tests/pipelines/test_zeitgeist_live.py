@@ -27,7 +27,7 @@ from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
 from runners.spark.checkpoint import CheckpointDir
 from testing.inbox import cut, drop_file
-from testing.processes import kill_tree
+from testing.processes import kill_spark_jvm, kill_tree
 from testing.zeitgeist_generator import DAY_MS, HOUR_MS, StreamSpec, generate
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.zeitgeist_pb2 import SearchQuery
@@ -438,6 +438,31 @@ def test_a_sigkill_mid_stream_and_a_restart_lose_nothing_and_repeat_nothing(tmp_
     assert closed_through >= stream.spec.start_ms + DAY_MS - 15 * 60_000
     for name in OUTPUTS:
         assert live[name] == _up_to(batch[name], closed_through), name
+
+
+def test_the_jvm_killed_under_a_live_job_fails_it_in_one_line(tmp_path):
+    # The JVM alone dies, as the out-of-memory killer's usual victim: every
+    # call the driver makes to it after fails, and each used to print its
+    # own Py4J traceback.
+    inbox, output, checkpoint = tmp_path / "inbox", tmp_path / "live", tmp_path / "ck"
+    inbox.mkdir()
+    drop_file(inbox, "part0.jsonl", cut(_stream().events, 4)[0])
+    job = _cli(output, inbox, checkpoint)
+    try:
+        _wait_for_more_counts(output, 0, timeout_s=180)
+        kill_spark_jvm(job.pid)
+        _, stderr = job.communicate(timeout=120)
+    finally:
+        kill_tree(job.pid)
+    assert job.returncode == 1, stderr[-4000:]
+    assert "Traceback" not in stderr, stderr[-4000:]
+    (line,) = [line for line in stderr.splitlines() if "job failed" in line]
+    committed, _ = CheckpointDir(checkpoint).last_commit()
+    assert line.endswith(
+        "job failed: Spark's driver JVM was killed by SIGKILL; every batch "
+        f"before {committed + 1} is committed in {checkpoint}, and a run "
+        f"with --checkpoint_dir={checkpoint} resumes after it"
+    ), line
 
 
 def test_a_restart_with_another_window_size_is_refused_in_one_line(tmp_path):

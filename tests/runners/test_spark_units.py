@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+import types
 import zipfile
 
 import apache_beam as beam
@@ -19,9 +20,15 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
+from runners.spark import errors
 from runners.spark.drain_plan import truncation_targets
 from runners.spark.driver_stages import driver_stages
-from runners.spark.errors import StageFailure, from_spark_exception, summarize
+from runners.spark.errors import (
+    StageFailure,
+    driver_lost,
+    from_spark_exception,
+    summarize,
+)
 from runners.spark.options import SparkOptions, check_options, parse_spark_conf
 from runners.spark.plan import TimerFamily
 from runners.spark.runner import optimize
@@ -300,6 +307,62 @@ def test_a_worker_whose_socket_the_jvm_closed_ends_without_a_traceback():
             _flush_to(ours)
         # PySpark's daemon ends a worker that returns a non-zero code.
         assert quiet_when_the_jvm_hangs_up(_flush_to)(ours) != 0
+
+
+def _context_of(process):
+    """Where `driver_lost` finds the JVM's process on a SparkContext. A real
+    process stands in for the JVM: killing a session's JVM would end every
+    other test of this worker (the whole path, a live job whose JVM is
+    killed, is in tests/pipelines/test_zeitgeist_live.py)."""
+    return types.SimpleNamespace(_gateway=types.SimpleNamespace(proc=process))
+
+
+def _refused() -> ConnectionRefusedError:
+    try:
+        try:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        except ConnectionResetError:
+            raise ConnectionRefusedError(111, "Connection refused") from None
+    except ConnectionRefusedError as error:
+        return error
+
+
+def test_a_killed_driver_jvm_is_named_with_its_signal_and_the_outcome():
+    process = subprocess.Popen(["sleep", "60"])
+    process.kill()
+    lost = driver_lost(_context_of(process), _refused(), "the outputs are partial")
+    assert str(lost) == (
+        "Spark's driver JVM was killed by SIGKILL; the outputs are partial"
+    )
+
+
+def test_a_driver_jvm_that_exited_is_lost_whatever_the_error():
+    process = subprocess.Popen(["sh", "-c", "exit 3"])
+    process.wait()
+    lost = driver_lost(_context_of(process), KeyError("x"), "resume")
+    assert str(lost) == "Spark's driver JVM exited with status 3; resume"
+
+
+def test_a_broken_connection_to_a_running_jvm_is_not_a_lost_driver(monkeypatch):
+    monkeypatch.setattr(errors, "_EXIT_GRACE_SECONDS", 0.2)
+    process = subprocess.Popen(["sleep", "60"])
+    try:
+        context = _context_of(process)
+        assert driver_lost(context, _refused(), "resume") is None
+        assert driver_lost(context, ValueError("user code"), "resume") is None
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_gateway_it_did_not_launch_is_judged_by_the_error():
+    context = types.SimpleNamespace(_gateway=types.SimpleNamespace())
+    wrapped = RuntimeError("collect failed")
+    wrapped.__context__ = _refused()
+    assert str(driver_lost(context, wrapped, "resume")) == (
+        "Spark's driver JVM stopped answering; resume"
+    )
+    assert driver_lost(context, ValueError("user code"), "resume") is None
 
 
 def test_a_worker_keeps_its_return_code_and_its_other_errors():
