@@ -103,6 +103,7 @@ def build() -> Path:
     """Record, check and put in place the archive; return its path."""
     target = archive_path()
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_killed_builds(target)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     # The steps run in a folder of their own: a JVM that crashes on a bad
     # archive writes its report (hs_err_pid*.log) where it runs.
@@ -114,6 +115,19 @@ def build() -> Path:
         finally:
             temporary.unlink(missing_ok=True)
     return target
+
+
+def _remove_killed_builds(target: Path) -> None:
+    """Deletes what builds killed before their clean-up left: a temporary
+    archive of about 120 MB each, named after a process no longer alive."""
+    for leftover in target.parent.glob(f".{target.name}.*.tmp"):
+        pid = leftover.name.rsplit(".", 2)[-2]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            leftover.unlink(missing_ok=True)
 
 
 def _run_step(step: str, archive: Path, folder: Path) -> None:
