@@ -1,7 +1,7 @@
 """Exactly-once across kills: a streaming job with state, timers and a file
 sink, its whole process group killed with SIGKILL at chosen points and
-restarted on the same checkpoint directory, ends with the outputs of a run
-that was never killed, line for line.
+restarted on the same checkpoint directory each time, ends with the outputs
+of a run that was never killed, line for line.
 
 The kills are real: the job runs in its own process (with Spark's JVM and
 Python workers under it) and the test sends SIGKILL to it and every process
@@ -55,12 +55,6 @@ def _finish(process, work: Path) -> None:
     assert process.wait(timeout=300) == 0, _logs(work)
 
 
-def _restart_log(work: Path) -> str:
-    """The whole log of the run that restarted after the kill."""
-    (log,) = work.glob("log-clean-*")
-    return log.read_text()
-
-
 def _logs(work: Path) -> str:
     return "\n".join(p.read_text()[-3000:] for p in sorted(work.glob("log-*")))
 
@@ -82,44 +76,60 @@ def _outputs(work: Path) -> dict[str, list[str]]:
     return {window: sorted(lines) for window, lines in by_window.items()}
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict[str, list[str]]:
-    work = tmp_path_factory.mktemp("clean")
-    _finish(_start(work), work)
-    outputs = _outputs(work)
-    # The job's script: in step s, key k gets values 100s + k and 100s + k + 4
-    # at seconds 10s + k and 10s + k + 4, so window 10s holds two of each key.
-    expected = sorted(
-        f"k{k},{10 * s},2,{200 * s + 2 * k + 4}" for s in range(6) for k in range(4)
-    )
-    assert sorted(line for lines in outputs.values() for line in lines) == expected
-    return outputs
+def _never_killed() -> dict[str, list[str]]:
+    """The outputs of a run never killed, per window file. The job's script:
+    in step s, key k gets values 100s + k and 100s + k + 4 at seconds
+    10s + k and 10s + k + 4, so window 10s holds two values of each key."""
+
+    def name(second: int) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+
+    return {
+        f"output-{name(10 * s)}-{name(10 * s + 10)}": sorted(
+            f"k{k},{10 * s},2,{200 * s + 2 * k + 4}" for k in range(4)
+        )
+        for s in range(6)
+    }
 
 
-@pytest.mark.parametrize("point", ["process", "timer", "sink"])
-def test_killed_driver_restarts_with_the_same_outputs(point, tmp_path, uninterrupted):
-    victim = _start(tmp_path, pause_at=point)
-    marker = tmp_path / "markers" / point
-    deadline = time.monotonic() + 240
-    while not marker.exists():
-        assert victim.poll() is None, _logs(tmp_path)
-        assert time.monotonic() < deadline, _logs(tmp_path)
-        time.sleep(0.1)
-    kill_tree(victim.pid)
-    victim.wait()
-    logged = _batches(tmp_path, "offsets")
-    committed = _batches(tmp_path, "commits")
-    assert committed, "the kill should land after some batches committed"
-    assert max(logged) == max(committed) + 1, "the kill should land inside a batch"
+# The places the kills land, in the order the job reaches them: the sink
+# writing window 30's totals (after step 3's timers), value 401 being
+# processed (step 4), the timer of key k2's window 50 (step 5).
+KILL_POINTS = ("sink", "process", "timer")
+
+
+def test_a_job_killed_three_times_ends_with_the_outputs_of_one_never_killed(
+    tmp_path,
+):
+    # Each run after the first replays the batch the last kill cut short,
+    # then goes on to the next place, where it is killed in turn.
+    for point in KILL_POINTS:
+        victim = _start(tmp_path, pause_at=point)
+        marker = tmp_path / "markers" / point
+        deadline = time.monotonic() + 240
+        while not marker.exists():
+            assert victim.poll() is None, _logs(tmp_path)
+            assert time.monotonic() < deadline, (point, _logs(tmp_path))
+            time.sleep(0.1)
+        kill_tree(victim.pid)
+        victim.wait()
+        logged = _batches(tmp_path, "offsets")
+        committed = _batches(tmp_path, "commits")
+        assert committed, f"the kill at {point} should land after a commit"
+        assert max(logged) == max(committed) + 1, (
+            f"the kill at {point} should land inside a batch"
+        )
 
     _finish(_start(tmp_path), tmp_path)
 
-    assert _outputs(tmp_path) == uninterrupted
-    assert "replaying uncommitted batch" in _restart_log(tmp_path)
+    assert _outputs(tmp_path) == _never_killed()
+    restarts = [p.read_text() for p in tmp_path.glob("log-*")]
+    replays = sum("replaying uncommitted batch" in log for log in restarts)
+    assert replays == len(KILL_POINTS), _logs(tmp_path)
 
 
-def test_a_task_killed_in_the_stateful_stage_is_retried(tmp_path, uninterrupted):
+def test_a_task_killed_in_the_stateful_stage_is_retried(tmp_path):
     # local[2,3]: Spark retries a failed task up to 3 times.
     _finish(_start(tmp_path, pause_at="task", master="local[2,3]"), tmp_path)
     assert (tmp_path / "markers" / "task").exists(), "the worker never died"
-    assert _outputs(tmp_path) == uninterrupted
+    assert _outputs(tmp_path) == _never_killed()
