@@ -179,6 +179,8 @@ class StreamingJob:
             self.checkpoint.release()
 
     def _lost(self, exc: BaseException) -> BaseException | None:
+        """`exc` as a lost driver JVM, if it is one, saying which batches
+        are committed and how to resume from them."""
         root = self.checkpoint.root
         lost = driver_lost(
             self._sc,
