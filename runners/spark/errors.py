@@ -138,14 +138,10 @@ def driver_lost(
     its message ending in ``outcome``: what became of the job's work.
 
     A JVM that PySpark launched is judged by its process (PySpark keeps its
-    ``Popen``); one it did not launch by the error alone: a Py4J network
-    error or a broken connection somewhere in its chain.
+    ``Popen``); one it did not launch by the error alone: a Py4J error that
+    is not a Java exception, or a broken connection, somewhere in its chain.
     """
-    from py4j.protocol import Py4JNetworkError
-
-    broken = any(
-        isinstance(e, (Py4JNetworkError, ConnectionError)) for e in _chain(exc)
-    )
+    broken = any(_from_the_connection(e) for e in _chain(exc))
     process = getattr(getattr(spark_context, "_gateway", None), "proc", None)
     if process is None:
         status = None
@@ -159,6 +155,17 @@ def driver_lost(
         except subprocess.TimeoutExpired:
             return None
     return SparkDriverLost(f"Spark's driver JVM {_how_it_ended(status)}; {outcome}")
+
+
+def _from_the_connection(error: BaseException) -> bool:
+    # Py4J reports a failed send in more than one way: a network error, or,
+    # where a reply was expected, a Py4JError such as "PythonRDD does not
+    # exist in the JVM". A Py4JJavaError is the JVM answering.
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    if isinstance(error, Py4JJavaError):
+        return False
+    return isinstance(error, (Py4JError, ConnectionError))
 
 
 def _how_it_ended(status: int | None) -> str:

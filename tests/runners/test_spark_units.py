@@ -19,6 +19,7 @@ from apache_beam.transforms.userstate import Timer
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
+from py4j.protocol import Py4JError
 
 from runners.spark import errors
 from runners.spark.drain_plan import truncation_targets
@@ -341,6 +342,16 @@ def test_a_driver_jvm_that_exited_is_lost_whatever_the_error():
     process.wait()
     lost = driver_lost(_context_of(process), KeyError("x"), "resume")
     assert str(lost) == "Spark's driver JVM exited with status 3; resume"
+
+
+def test_a_py4j_error_waits_for_a_jvm_on_its_way_out():
+    # A killed JVM closes its sockets before it can be reaped, so the
+    # driver's next call can fail, here as Py4J words it when a reflection
+    # call gets no answer, while the process still runs.
+    process = subprocess.Popen(["sleep", "0.5"])
+    error = Py4JError("PythonRDD does not exist in the JVM")
+    lost = driver_lost(_context_of(process), error, "resume")
+    assert str(lost) == "Spark's driver JVM exited with status 0; resume"
 
 
 def test_a_broken_connection_to_a_running_jvm_is_not_a_lost_driver(monkeypatch):
