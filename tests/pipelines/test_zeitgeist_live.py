@@ -440,14 +440,20 @@ def test_a_sigkill_mid_stream_and_a_restart_lose_nothing_and_repeat_nothing(tmp_
         assert live[name] == _up_to(batch[name], closed_through), name
 
 
+def _start_on_a_quarter_day(tmp_path):
+    """The live command on the stream's first quarter day: the job, its
+    output and its checkpoint directory."""
+    inbox, output, checkpoint = tmp_path / "inbox", tmp_path / "live", tmp_path / "ck"
+    inbox.mkdir()
+    drop_file(inbox, "part0.jsonl", cut(_stream().events, 4)[0])
+    return _cli(output, inbox, checkpoint), output, checkpoint
+
+
 def test_the_jvm_killed_under_a_live_job_fails_it_in_one_line(tmp_path):
     # The JVM alone dies, as the out-of-memory killer's usual victim: every
     # call the driver makes to it after fails, and each used to print its
     # own Py4J traceback.
-    inbox, output, checkpoint = tmp_path / "inbox", tmp_path / "live", tmp_path / "ck"
-    inbox.mkdir()
-    drop_file(inbox, "part0.jsonl", cut(_stream().events, 4)[0])
-    job = _cli(output, inbox, checkpoint)
+    job, output, checkpoint = _start_on_a_quarter_day(tmp_path)
     try:
         _wait_for_more_counts(output, 0, timeout_s=180)
         kill_spark_jvm(job.pid)
@@ -469,10 +475,8 @@ def test_a_restart_with_another_window_size_is_refused_in_one_line(tmp_path):
     # The counter's timers and pending windows, and the model's seasonal
     # slots, were written under 5-minute windows: read under 10-minute ones
     # they split and lose counts.
-    inbox, output, checkpoint = tmp_path / "inbox", tmp_path / "live", tmp_path / "ck"
-    inbox.mkdir()
-    drop_file(inbox, "part0.jsonl", cut(_stream().events, 4)[0])
-    job = _cli(output, inbox, checkpoint)
+    job, output, checkpoint = _start_on_a_quarter_day(tmp_path)
+    inbox = tmp_path / "inbox"
     try:
         _wait_for(lambda: (checkpoint / "job.json").exists())
     finally:
