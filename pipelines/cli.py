@@ -183,6 +183,8 @@ _JOB_ERRORS = (
     "LayoutMismatch",
     "CheckpointMismatch",
     "CheckpointInUse",
+    "CheckpointUnusable",
+    "StateAheadOfCheckpoint",
     "SparkDriverLost",
 )
 _JOB_ERROR_LINE = re.compile(rf"\b({'|'.join(_JOB_ERRORS)}): (.+)")
@@ -194,9 +196,10 @@ def main(run: Callable[[], int], prog: str) -> NoReturn:
     A `UsageError` or `ConfigError` is one line on stderr and status 2. A
     job that fails with one of the errors it raises on purpose (Bigtable
     unavailable past its deadline, a table gone, a registry or a checkpoint
-    that does not fit the config, a checkpoint another job holds) is one
-    line too, the error's own, and status 1; which runner wrapped it does
-    not matter. Anything else is a bug: traceback.
+    that does not fit the config, a checkpoint another job holds, or one
+    whose files cannot be read or written) is one line too, the error's
+    own, and status 1; which runner wrapped it does not matter. Anything
+    else is a bug: traceback.
     """
     console.configure_logging()
     try:

@@ -46,20 +46,54 @@ class CheckpointInUse(RuntimeError):
     """Another running job holds the checkpoint directory."""
 
 
+class CheckpointUnusable(RuntimeError):
+    """A file of the checkpoint directory cannot be read or written."""
+
+
+def _unreadable(path: Path, error: Exception) -> CheckpointUnusable:
+    """The error for a checkpoint file that is damaged (truncated, garbled):
+    the job cannot tell where it stopped, and guessing would replay or skip
+    batches."""
+    return CheckpointUnusable(
+        f"checkpoint file {path} cannot be read ({error}): restore it, or use "
+        "a new --checkpoint_dir to start afresh"
+    )
+
+
+def _unwritable(path: Path, error: OSError) -> CheckpointUnusable:
+    """The error for a checkpoint file that cannot be written (a full or
+    read-only disk, no permission): the last commit stands, so the same
+    command resumes from it once the disk is fixed."""
+    return CheckpointUnusable(
+        f"checkpoint file {path} cannot be written ({error}): the job resumes "
+        "from its last committed batch once this is fixed"
+    )
+
+
 def _write_atomically(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as out:
-        json.dump(record, out, sort_keys=True)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    # The rename is durable only once the directory entry is.
-    dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w") as out:
+            json.dump(record, out, sort_keys=True)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+        # The rename is durable only once the directory entry is.
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as error:
+        raise _unwritable(path, error) from None
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise _unreadable(path, error) from None
 
 
 # The layout of what a checkpoint names. 5: the job records the state
@@ -111,7 +145,10 @@ class CheckpointDir:
         are then those of neither. Raises `CheckpointInUse`, naming the
         holder's process id, if another job holds it.
         """
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise _unwritable(self.root / "lock", error) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -141,7 +178,7 @@ class CheckpointDir:
         if not path.exists():
             _write_atomically(path, job)
             return
-        recorded = json.loads(path.read_text())
+        recorded = _read_record(path)
         if recorded != job:
             raise CheckpointMismatch(
                 f"checkpoint directory {self.root} was written by another "
@@ -158,7 +195,7 @@ class CheckpointDir:
     def read_offsets(self, batch: int) -> dict | None:
         """The logged offsets of ``batch``, if it was ever started."""
         path = self.root / "offsets" / f"{batch}.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        return _read_record(path) if path.exists() else None
 
     def write_commit(self, batch: int, record: dict) -> None:
         """Marks ``batch`` committed, with the job's position after it."""
@@ -170,7 +207,7 @@ class CheckpointDir:
         if not batches:
             return None
         last = batches[-1]
-        return last, json.loads((self.root / "commits" / f"{last}.json").read_text())
+        return last, _read_record(self.root / "commits" / f"{last}.json")
 
     def write_side_inputs(self, batch: int, produced: dict[str, list[bytes]]) -> None:
         """Stores the side-input elements batch ``batch`` produced (before

@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from runners.spark.checkpoint import CheckpointUnusable
+
 EVENT_DOMAIN = 0
 # Seconds a task waits for a key group another attempt holds.
 _LOCK_WAIT = 120.0
@@ -129,17 +131,27 @@ class KeyGroupStore:
     """
 
     def __init__(self, path: Path, batch: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._batch = batch
-        # A slow earlier attempt of the same task may still hold the file:
-        # wait for it rather than fail.
-        self._db = sqlite3.connect(path, isolation_level=None, timeout=_LOCK_WAIT)
-        self._db.executescript(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
-            f"PRAGMA cache_size=-{_PAGE_CACHE_KIB};" + _SCHEMA + _undo_triggers()
-        )
-        self._db.execute("BEGIN IMMEDIATE")
-        self._undo_uncommitted()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # A slow earlier attempt of the same task may still hold the
+            # file: wait for it rather than fail.
+            self._db = sqlite3.connect(path, isolation_level=None, timeout=_LOCK_WAIT)
+            self._db.executescript(
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+                f"PRAGMA cache_size=-{_PAGE_CACHE_KIB};" + _SCHEMA + _undo_triggers()
+            )
+            self._db.execute("BEGIN IMMEDIATE")
+            self._undo_uncommitted(path)
+        except (OSError, sqlite3.DatabaseError) as error:
+            # Without the file's name, "file is not a database" or "disk I/O
+            # error" from deep in a task says nothing the user can act on.
+            raise CheckpointUnusable(
+                f"checkpoint file {path} cannot be opened ({error}): on a full "
+                "or read-only disk, fix it and run again to resume from the "
+                "last committed batch; a damaged file, restore it or use a "
+                "new --checkpoint_dir"
+            ) from None
         (self._seq,) = self._db.execute("SELECT seq FROM meta").fetchone()
         # The first due timer at given horizons, until a timer of this group
         # changes: a task fires one timer at a time and asks every open
@@ -147,13 +159,15 @@ class KeyGroupStore:
         # (or one a callback set a timer in) has a new answer.
         self._first_due: tuple[tuple[int, int], StoredTimer | None] | None = None
 
-    def _undo_uncommitted(self) -> None:
+    def _undo_uncommitted(self, path: Path) -> None:
         (applied,) = self._db.execute("SELECT batch FROM meta").fetchone()
         if applied > self._batch:
             self._db.execute("ROLLBACK")
             raise StateAheadOfCheckpoint(
-                f"key group holds batch {applied} but batch {self._batch} is "
-                "being run: the checkpoint's commit log was removed or replaced"
+                f"key group {path} holds batch {applied} but batch "
+                f"{self._batch} is being run: the checkpoint's commit log was "
+                "removed or replaced; restore it, or use a new "
+                "--checkpoint_dir to start afresh"
             )
         if applied == self._batch:
             # An earlier attempt of this batch committed here, and the driver

@@ -17,6 +17,7 @@ from runners.spark.checkpoint import (
     CheckpointDir,
     CheckpointInUse,
     CheckpointMismatch,
+    CheckpointUnusable,
 )
 from runners.spark.components import add_windowed_coders
 from runners.spark.durable_store import (
@@ -84,6 +85,16 @@ def test_a_group_ahead_of_the_checkpoint_is_refused(tmp_path):
         KeyGroupStore(path, 3)
 
 
+def test_a_damaged_key_group_file_is_refused_naming_it(tmp_path):
+    path = tmp_path / "kg-0.sqlite"
+    _write_batch(path, 0)
+    data = bytearray(path.read_bytes())
+    data[:100] = b"\xff" * 100  # the SQLite header, garbled
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointUnusable, match=f"{path} cannot be opened"):
+        KeyGroupStore(path, 1)
+
+
 def test_due_timers_come_event_time_first_then_in_fire_order(tmp_path):
     store = KeyGroupStore(tmp_path / "kg-0.sqlite", 0)
     store.set_timer(b"p", b"o", PROCESSING_DOMAIN, 5, 5, b"")
@@ -126,6 +137,31 @@ def test_checkpoint_refuses_another_pipeline_and_keeps_the_last_commit(tmp_path)
     assert checkpoint.last_commit() == (1, {"n": 1})
     with pytest.raises(CheckpointMismatch, match="another pipeline"):
         CheckpointDir(tmp_path).bind({"keyed_stages": ["a"], "key_groups": 8})
+
+
+def test_a_damaged_checkpoint_record_is_refused_naming_it(tmp_path):
+    # Truncated, as a copy cut short or a disk that lost a block leaves it:
+    # where the job stopped cannot be told, and a guess replays or skips.
+    checkpoint = CheckpointDir(tmp_path)
+    job = {"keyed_stages": ["a"], "key_groups": 16}
+    checkpoint.bind(job)
+    checkpoint.write_offsets(3, {"n": 3})
+    checkpoint.write_commit(3, {"n": 3})
+    for record in ("job.json", "offsets/3.json", "commits/3.json"):
+        path = tmp_path / record
+        path.write_text(path.read_text()[:-4])
+    with pytest.raises(CheckpointUnusable, match=f"{tmp_path / 'job.json'} cannot"):
+        checkpoint.bind(job)
+    with pytest.raises(CheckpointUnusable, match="offsets/3.json cannot be read"):
+        checkpoint.read_offsets(3)
+    with pytest.raises(CheckpointUnusable, match="commits/3.json cannot be read"):
+        checkpoint.last_commit()
+
+
+def test_a_checkpoint_record_that_cannot_be_written_is_named(tmp_path):
+    (tmp_path / "commits").write_text("")  # not a directory: mkdir fails
+    with pytest.raises(CheckpointUnusable, match="commits/0.json cannot be written"):
+        CheckpointDir(tmp_path).write_commit(0, {"n": 0})
 
 
 def test_a_checkpoint_held_by_a_running_job_is_refused_to_another(tmp_path):
