@@ -176,6 +176,13 @@ class CheckpointDir:
         job = {**job, "layout": LAYOUT}
         path = self.root / "job.json"
         if not path.exists():
+            if self._batches("commits"):
+                # Written anew, it would vouch for state it never checked.
+                raise CheckpointUnusable(
+                    f"checkpoint file {path} is missing, and batches were "
+                    "committed: restore it, or use a new --checkpoint_dir to "
+                    "start afresh"
+                )
             _write_atomically(path, job)
             return
         recorded = _read_record(path)

@@ -36,6 +36,9 @@ class JobPosition:
     impulse_done: bool = False
     test_streams: dict[str, int] = field(default_factory=dict)
     groups: dict[str, dict[int, GroupSummary]] = field(default_factory=dict)
+    # Every key group that has a state file, idle or not: a file found gone
+    # on restart is state lost, not a group never used.
+    stored: dict[str, set[int]] = field(default_factory=dict)
     remainders: list[Remainder] = field(default_factory=list)
     pushed: list[PushedBack] = field(default_factory=list)
     # Stage -> [its remainders' watermark, processing time it last moved].
@@ -58,6 +61,7 @@ class JobPosition:
             "groups": [
                 asdict(s) for stage in self.groups.values() for s in stage.values()
             ],
+            "stored": {stage: sorted(g) for stage, g in self.stored.items()},
             "remainders": [
                 {**asdict(r), "element": _encode(r.element)} for r in self.remainders
             ],
@@ -83,6 +87,8 @@ class JobPosition:
             impulse_done=record["impulse_done"],
             test_streams=record["test_streams"],
             groups=groups,
+            # Commits written before the key was added record none.
+            stored={stage: set(g) for stage, g in record.get("stored", {}).items()},
             remainders=[
                 Remainder(**{**r, "element": base64.b64decode(r["element"])})
                 for r in record["remainders"]

@@ -36,14 +36,14 @@ from dataclasses import dataclass
 
 from apache_beam.runners import runner
 
-from runners.spark.checkpoint import CheckpointDir
+from runners.spark.checkpoint import CheckpointDir, CheckpointUnusable
 from runners.spark.drain_plan import truncation_targets
 from runners.spark.driver_stages import IMPULSE
 from runners.spark.durable_store import GroupSummary
 from runners.spark.errors import driver_lost, from_spark_exception
 from runners.spark.job_position import JobPosition, Remainder
 from runners.spark.metrics import MetricsSnapshot
-from runners.spark.micro_batch import BatchSpec, MicroBatchTranslator
+from runners.spark.micro_batch import BatchSpec, MicroBatchTranslator, stage_key
 from runners.spark.micro_batch_task import Deferred, PushedBack, SideChunk
 from runners.spark.progress import BatchProgress
 from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
@@ -244,6 +244,7 @@ class StreamingJob:
             return None
         batch, record = last
         self.position = JobPosition.from_record(record)
+        self._check_state_files()
         self._side_contents = self.checkpoint.read_side_inputs(batch)
         self._use_plan(draining=self.position.draining)
         _LOGGER.info(
@@ -252,6 +253,21 @@ class StreamingJob:
             self.checkpoint.root,
         )
         return batch
+
+    def _check_state_files(self) -> None:
+        """Refuses to resume without a key group's state file: opened anew,
+        empty, it would lose the group's state without a word (a window
+        counted from nothing, a timer never fired)."""
+        for stage, groups in self.position.stored.items():
+            folder = self.checkpoint.state_dir(stage_key(stage))
+            for group in sorted(groups):
+                path = folder / f"kg-{group}.sqlite"
+                if not path.exists():
+                    raise CheckpointUnusable(
+                        f"checkpoint file {path} is missing: it holds state "
+                        "of committed batches; restore it, or use a new "
+                        "--checkpoint_dir to start afresh"
+                    )
 
     def _warn_already_finished(self, batch: int) -> None:
         # Without a word, a rerun of a finished job on its old directory
@@ -510,6 +526,7 @@ class StreamingJob:
                 position.pushed.append(record)
                 continue
             if isinstance(record, GroupSummary):
+                position.stored.setdefault(record.stage, set()).add(record.group)
                 stage = position.groups.setdefault(record.stage, {})
                 if _idle(record):
                     stage.pop(record.group, None)

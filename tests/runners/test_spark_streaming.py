@@ -33,7 +33,7 @@ from apache_beam.transforms.window import FixedWindows, GlobalWindows, Timestamp
 from apache_beam.utils.timestamp import Duration
 
 from runners.spark import SparkRunner
-from runners.spark.checkpoint import CheckpointMismatch
+from runners.spark.checkpoint import CheckpointMismatch, CheckpointUnusable
 from transforms.millwheel.state_params import apply_with_state_params
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark_session")]
@@ -238,6 +238,19 @@ def test_a_checkpoint_under_other_declared_state_params_is_refused(tmp_path):
         "state_params of SumPerKey: recorded {'size': 60}, this run {'size': 120}"
     ) in str(refused.value)
     assert "Run with the recorded values to resume" in str(refused.value)
+
+
+def test_a_key_group_file_deleted_while_the_job_was_down_is_refused(tmp_path):
+    # Before, the group was opened anew, empty, and the job went on without
+    # its state: a live Zeitgeist lost counts of the windows it held.
+    with _pipeline(tmp_path) as p:
+        _summed_under(p, 60)
+    gone = min((tmp_path / "checkpoint" / "state").rglob("kg-*.sqlite"))
+    gone.unlink()
+    again = _pipeline(tmp_path)
+    _summed_under(again, 60)
+    with pytest.raises(CheckpointUnusable, match=f"{gone} is missing"):
+        again.run().wait_until_finish()
 
 
 def test_rerunning_a_finished_job_on_its_checkpoint_says_so(tmp_path, caplog):

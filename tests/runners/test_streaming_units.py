@@ -158,6 +158,18 @@ def test_a_damaged_checkpoint_record_is_refused_naming_it(tmp_path):
         checkpoint.last_commit()
 
 
+def test_a_checkpoint_without_its_job_record_is_refused(tmp_path):
+    # Before, job.json was written anew from the running pipeline: a changed
+    # pipeline then resumed on state kept under another.
+    checkpoint = CheckpointDir(tmp_path)
+    job = {"keyed_stages": ["a"], "key_groups": 16}
+    checkpoint.bind(job)
+    checkpoint.write_commit(0, {"n": 0})
+    (tmp_path / "job.json").unlink()
+    with pytest.raises(CheckpointUnusable, match="job.json is missing"):
+        CheckpointDir(tmp_path).bind({"keyed_stages": ["a"], "key_groups": 8})
+
+
 def test_a_checkpoint_record_that_cannot_be_written_is_named(tmp_path):
     (tmp_path / "commits").write_text("")  # not a directory: mkdir fails
     with pytest.raises(CheckpointUnusable, match="commits/0.json cannot be written"):
