@@ -122,6 +122,11 @@ class StoredTimer:
     payload: bytes
 
 
+def key_group_file(stage_dir: Path, group: int) -> Path:
+    """Where key group ``group`` of a stage keeps its state."""
+    return stage_dir / f"kg-{group}.sqlite"
+
+
 class KeyGroupStore:
     """State, timers and holds of one key group of one stage, for one batch.
 

@@ -39,7 +39,7 @@ from apache_beam.runners import runner
 from runners.spark.checkpoint import CheckpointDir, CheckpointUnusable
 from runners.spark.drain_plan import truncation_targets
 from runners.spark.driver_stages import IMPULSE
-from runners.spark.durable_store import GroupSummary
+from runners.spark.durable_store import GroupSummary, key_group_file
 from runners.spark.errors import driver_lost, from_spark_exception
 from runners.spark.job_position import JobPosition, Remainder
 from runners.spark.metrics import MetricsSnapshot
@@ -261,7 +261,7 @@ class StreamingJob:
         for stage, groups in self.position.stored.items():
             folder = self.checkpoint.state_dir(stage_key(stage))
             for group in sorted(groups):
-                path = folder / f"kg-{group}.sqlite"
+                path = key_group_file(folder, group)
                 if not path.exists():
                     raise CheckpointUnusable(
                         f"checkpoint file {path} is missing: it holds state "

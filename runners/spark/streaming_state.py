@@ -27,6 +27,7 @@ from runners.spark.durable_store import (
     PROCESSING_DOMAIN,
     GroupSummary,
     KeyGroupStore,
+    key_group_file,
 )
 from runners.spark.plan import TimerFamily
 from runners.spark.state_store import state_servicer
@@ -62,7 +63,7 @@ class KeyGroups:
         """The store of ``group``, opened (and rolled back if need be) once."""
         store = self._open.get(group)
         if store is None:
-            store = KeyGroupStore(self._dir / f"kg-{group}.sqlite", self._batch)
+            store = KeyGroupStore(key_group_file(self._dir, group), self._batch)
             self._open[group] = store
         return store
 
