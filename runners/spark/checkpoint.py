@@ -19,7 +19,8 @@ Batch N's state is visible to the job only once ``commits/N`` exists: on
 restart a batch with offsets but no commit is replayed with the same offsets,
 so it reads the same input at the same processing time and watermarks. Every
 file is written to a temporary name, flushed to disk and renamed, so a crash
-leaves either the old file or the new one, never half of one.
+leaves either the old file or the new one, never half of one; the next job
+to claim the directory deletes the temporary file.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ from typing import Any
 
 _LOGGER = logging.getLogger(__name__)
 _BATCH_FILE = re.compile(r"^(\d+)\.json$")
+# Where a write's temporary file (".<name>.<random>") can be left.
+_UNFINISHED_WRITES = (
+    (".", ".job.json.*"),
+    ("offsets", ".*.json.*"),
+    ("commits", ".*.json.*"),
+    ("side_inputs", ".*.pickle.*"),
+)
 
 
 class CheckpointMismatch(ValueError):
@@ -162,6 +170,15 @@ class CheckpointDir:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._lock = fd
+        self._remove_unfinished_writes()
+
+    def _remove_unfinished_writes(self) -> None:
+        """Deletes the temporary files of writes that a killed job never
+        renamed into place: never read, but kept for good otherwise. With
+        the directory held, no other job can be writing them."""
+        for folder, pattern in _UNFINISHED_WRITES:
+            for leftover in (self.root / folder).glob(pattern):
+                leftover.unlink(missing_ok=True)
 
     def release(self) -> None:
         """Lets another job use the directory (see `claim`)."""

@@ -211,6 +211,34 @@ def test_a_checkpoint_held_by_a_killed_job_is_free(tmp_path):
     CheckpointDir(tmp_path).claim()
 
 
+def test_claiming_a_checkpoint_removes_writes_a_killed_job_left_unfinished(
+    tmp_path,
+):
+    written = CheckpointDir(tmp_path)
+    written.bind({"keyed_stages": []})
+    written.write_offsets(3, {"batch": 3})
+    written.write_commit(3, {"batch": 3})
+    written.write_side_inputs(3, {"side": [b"x"]})
+    # What a kill between a record's write and its rename leaves.
+    leftovers = [
+        tmp_path / ".job.json.k2x9",
+        tmp_path / "offsets" / ".4.json.a1b2",
+        tmp_path / "commits" / ".4.json.c3d4",
+        tmp_path / "side_inputs" / ".4.pickle.e5f6",
+    ]
+    for leftover in leftovers:
+        leftover.write_text("half a record")
+
+    resumed = CheckpointDir(tmp_path)
+    resumed.claim()
+
+    assert [p for p in leftovers if p.exists()] == []
+    assert resumed.last_commit() == (3, {"batch": 3})
+    assert resumed.read_offsets(3) == {"batch": 3}
+    assert resumed.read_side_inputs(3) == {"side": [b"x"]}
+    resumed.bind({"keyed_stages": []})  # job.json kept: the same job binds
+
+
 def test_checkpoint_of_an_earlier_layout_is_refused(tmp_path):
     # Written before stages were named by their sorted steps (layout 2).
     (tmp_path / "job.json").write_text(
