@@ -78,12 +78,16 @@ def _unwritable(path: Path, error: OSError) -> CheckpointUnusable:
     )
 
 
-def _write_atomically(path: Path, record: dict) -> None:
+def _write_record(path: Path, record: dict) -> None:
+    _write_atomically(path, json.dumps(record, sort_keys=True).encode())
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as out:
-            json.dump(record, out, sort_keys=True)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -200,7 +204,7 @@ class CheckpointDir:
                     "committed: restore it, or use a new --checkpoint_dir to "
                     "start afresh"
                 )
-            _write_atomically(path, job)
+            _write_record(path, job)
             return
         recorded = _read_record(path)
         if recorded != job:
@@ -214,7 +218,7 @@ class CheckpointDir:
 
     def write_offsets(self, batch: int, record: dict) -> None:
         """Logs what batch ``batch`` will read, before it runs."""
-        _write_atomically(self.root / "offsets" / f"{batch}.json", record)
+        _write_record(self.root / "offsets" / f"{batch}.json", record)
 
     def read_offsets(self, batch: int) -> dict | None:
         """The logged offsets of ``batch``, if it was ever started."""
@@ -223,7 +227,7 @@ class CheckpointDir:
 
     def write_commit(self, batch: int, record: dict) -> None:
         """Marks ``batch`` committed, with the job's position after it."""
-        _write_atomically(self.root / "commits" / f"{batch}.json", record)
+        _write_record(self.root / "commits" / f"{batch}.json", record)
 
     def last_commit(self) -> tuple[int, dict] | None:
         """The newest committed batch and its record, or None."""
@@ -237,13 +241,7 @@ class CheckpointDir:
         """Stores the side-input elements batch ``batch`` produced (before
         its commit): later batches read them, across restarts too."""
         path = self.root / "side_inputs" / f"{batch}.pickle"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "wb") as out:
-            pickle.dump(produced, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
+        _write_atomically(path, pickle.dumps(produced))
 
     def read_side_inputs(self, through: int) -> dict[str, list[bytes]]:
         """Side-input elements of every batch up to ``through``, in order
@@ -258,9 +256,13 @@ class CheckpointDir:
             if name.endswith(".pickle") and not name.startswith(".")
         )
         for batch in (b for b in batches if b <= through):
-            with open(folder / f"{batch}.pickle", "rb") as data:
-                for pc, chunks in pickle.load(data).items():
-                    contents.setdefault(pc, []).extend(chunks)
+            path = folder / f"{batch}.pickle"
+            try:
+                produced = pickle.loads(path.read_bytes())
+            except (OSError, pickle.UnpicklingError, EOFError) as error:
+                raise _unreadable(path, error) from None
+            for pc, chunks in produced.items():
+                contents.setdefault(pc, []).extend(chunks)
         return contents
 
     def state_dir(self, stage_key: str) -> Path:

@@ -147,15 +147,20 @@ def test_a_damaged_checkpoint_record_is_refused_naming_it(tmp_path):
     checkpoint.bind(job)
     checkpoint.write_offsets(3, {"n": 3})
     checkpoint.write_commit(3, {"n": 3})
+    checkpoint.write_side_inputs(3, {"side": [b"x"]})
     for record in ("job.json", "offsets/3.json", "commits/3.json"):
         path = tmp_path / record
         path.write_text(path.read_text()[:-4])
+    side = tmp_path / "side_inputs" / "3.pickle"
+    side.write_bytes(side.read_bytes()[:-4])
     with pytest.raises(CheckpointUnusable, match=f"{tmp_path / 'job.json'} cannot"):
         checkpoint.bind(job)
     with pytest.raises(CheckpointUnusable, match="offsets/3.json cannot be read"):
         checkpoint.read_offsets(3)
     with pytest.raises(CheckpointUnusable, match="commits/3.json cannot be read"):
         checkpoint.last_commit()
+    with pytest.raises(CheckpointUnusable, match="3.pickle cannot be read"):
+        checkpoint.read_side_inputs(3)
 
 
 def test_a_checkpoint_without_its_job_record_is_refused(tmp_path):
@@ -172,8 +177,11 @@ def test_a_checkpoint_without_its_job_record_is_refused(tmp_path):
 
 def test_a_checkpoint_record_that_cannot_be_written_is_named(tmp_path):
     (tmp_path / "commits").write_text("")  # not a directory: mkdir fails
+    (tmp_path / "side_inputs").write_text("")
     with pytest.raises(CheckpointUnusable, match="commits/0.json cannot be written"):
         CheckpointDir(tmp_path).write_commit(0, {"n": 0})
+    with pytest.raises(CheckpointUnusable, match="0.pickle cannot be written"):
+        CheckpointDir(tmp_path).write_side_inputs(0, {"side": [b"x"]})
 
 
 def test_a_checkpoint_held_by_a_running_job_is_refused_to_another(tmp_path):
