@@ -186,6 +186,7 @@ _JOB_ERRORS = (
     "CheckpointUnusable",
     "StateAheadOfCheckpoint",
     "SparkDriverLost",
+    "PipelineIdInUse",
 )
 _JOB_ERROR_LINE = re.compile(rf"\b({'|'.join(_JOB_ERRORS)}): (.+)")
 
@@ -197,9 +198,10 @@ def main(run: Callable[[], int], prog: str) -> NoReturn:
     job that fails with one of the errors it raises on purpose (Bigtable
     unavailable past its deadline, a table gone, a registry or a checkpoint
     that does not fit the config, a checkpoint another job holds, or one
-    whose files cannot be read or written, Spark's driver JVM gone) is one
-    line too, the error's own, and status 1; which runner wrapped it does
-    not matter. Anything else is a bug: traceback.
+    whose files cannot be read or written, Spark's driver JVM gone, a
+    Photon pipeline id another pipeline runs) is one line too, the error's
+    own, and status 1; which runner wrapped it does not matter. Anything
+    else is a bug: traceback.
     """
     console.configure_logging()
     try:

@@ -39,6 +39,7 @@ import contextlib
 import dataclasses
 import logging
 import pathlib
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -64,6 +65,7 @@ from transforms.photon import (
     RegistryLayout,
     RegistryParams,
 )
+from transforms.photon.pipeline_lease import PipelineLease
 from transforms.photon.registration import check_token
 from transforms.records.follow import (
     FollowClickEvents,
@@ -225,6 +227,25 @@ def build(
     write({str(output / name): pcoll for name, pcoll in sinks.items()})
 
 
+@contextlib.contextmanager
+def _pipeline_id_held(
+    target: BigtableTarget,
+    registry: RegistryParams,
+    token: str,
+    output: pathlib.Path,
+) -> Iterator[None]:
+    """Holds the pipeline id while the job runs (`PipelineLease`). The holder
+    is the host and the output directory: what a restart of this pipeline
+    shares, and a second pipeline under the same id does not."""
+    holder = f"{socket.gethostname()}:{output.resolve()}"
+    lease = PipelineLease(target, registry.gc_days, token, holder)
+    try:
+        with lease.held():
+            yield
+    finally:
+        lease.close()
+
+
 def summary(result, token: str, elapsed_s: float, output: pathlib.Path) -> str:
     totals = counter_totals(result, METRIC_NAMESPACES)
 
@@ -358,13 +379,14 @@ def run(argv: Sequence[str] | None = None) -> int:
             ", live until stopped (Ctrl-C)" if following else "",
         )
         started = time.monotonic()
-        result = live.run_job(
-            pipeline,
-            streaming,
-            photon_live.status_line,
-            METRIC_NAMESPACES,
-            config["live"]["status_seconds"],
-        )
+        with _pipeline_id_held(target, registry, token, output):
+            result = live.run_job(
+                pipeline,
+                streaming,
+                photon_live.status_line,
+                METRIC_NAMESPACES,
+                config["live"]["status_seconds"],
+            )
         elapsed = time.monotonic() - started
     if player is not None:
         player.stop()

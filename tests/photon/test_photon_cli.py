@@ -13,6 +13,8 @@ import sys
 import pytest
 
 from testing.photon_generator import PhotonSpec, generate
+from transforms.photon import BigtableTarget
+from transforms.photon.pipeline_lease import PipelineLease
 
 pytestmark = [pytest.mark.bigtable, pytest.mark.slow]
 
@@ -139,6 +141,32 @@ def test_two_concurrent_pipelines_output_each_click_once(
         }
         assert len(read_jsonl(out, "dead_letters")) == truth["bad_lines"]
         assert summary_value(stdout, "duplicate clicks") == truth["duplicates"]
+
+
+def test_a_pipeline_under_the_id_of_a_running_one_is_refused_in_one_line(
+    logs, bigtable_instance, tmp_path
+):
+    # The running pipeline is its lease, held here as a pipeline on another
+    # host would hold it: under one id both would output every click.
+    target = BigtableTarget(bigtable_instance.project, bigtable_instance.instance_id)
+    running = PipelineLease(target, GC_DAYS, "east", "other-host:/outputs/east")
+    try:
+        running.acquire()
+        refused = start_cli(
+            "pipelines.photon",
+            *pipeline_args(logs, bigtable_instance, tmp_path / "east", "east"),
+        )
+        _, stderr = refused.communicate(timeout=300)
+    finally:
+        running.close()
+    assert refused.returncode == 1, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    (line,) = [line for line in stderr.splitlines() if "job failed" in line]
+    assert (
+        "job failed: pipeline id 'east' is in use by another running pipeline "
+        "(other-host:/outputs/east, renewed"
+    ) in line
+    assert not list((tmp_path / "east").glob("joined*")), "it ran"
 
 
 def test_verify_restores_clicks_lost_between_commit_and_write(

@@ -26,7 +26,9 @@ from typing import TypeVar
 import grpc
 from google.api_core import exceptions as core
 
+from transforms.millwheel.bigtable_clients import data_client
 from transforms.millwheel.bigtable_tables import TableSpec, ensure_table
+from transforms.photon.params import BigtableTarget
 
 T = TypeVar("T")
 
@@ -129,6 +131,20 @@ def ensure_table_by_deadline(
         ),
         deadline_s,
     )
+
+
+def open_table(target: BigtableTarget, spec: TableSpec):
+    """Creates ``spec``'s table if need be (`ensure_table_by_deadline`) and
+    opens it on a new data client, every call bounded by the target's
+    deadline; returns the client (to close) and the table."""
+    ensure_table_by_deadline(
+        target.deadline_s, target.project, target.instance_id, spec
+    )
+    client = data_client(target.project)
+    table = client.get_table(
+        target.instance_id, spec.table_id, **table_timeouts(target.deadline_s)
+    )
+    return client, table
 
 
 def check_gone(table: str, operation: str, error: BaseException) -> None:

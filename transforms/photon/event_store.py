@@ -26,18 +26,12 @@ from google.cloud.bigtable.data import (
 )
 from google.cloud.bigtable.data import row_filters as rf
 
-from transforms.millwheel.bigtable_clients import data_client
 from transforms.millwheel.bigtable_tables import (
     EVENTS_FAMILY,
     events_table,
 )
 from transforms.millwheel.productions import deterministic_row_key
-from transforms.photon.bigtable_retry import (
-    call_with_retries,
-    ensure_table_by_deadline,
-    table_timeouts,
-    within,
-)
+from transforms.photon.bigtable_retry import call_with_retries, open_table, within
 from transforms.photon.params import BigtableTarget
 from transforms.records.photon_pb2 import QueryEvent
 
@@ -58,17 +52,8 @@ class EventStore:
     """
 
     def __init__(self, target: BigtableTarget) -> None:
-        ensure_table_by_deadline(
-            target.deadline_s,
-            target.project,
-            target.instance_id,
-            events_table(target.events_table),
-        )
-        self._client = data_client(target.project)
-        self._table = self._client.get_table(
-            target.instance_id,
-            target.events_table,
-            **table_timeouts(target.deadline_s),
+        self._client, self._table = open_table(
+            target, events_table(target.events_table)
         )
         self._table_id = target.events_table
         self._deadline_s = target.deadline_s

@@ -64,18 +64,12 @@ from google.cloud.bigtable.data import (
 )
 from google.cloud.bigtable.data import row_filters as rf
 
-from transforms.millwheel.bigtable_clients import data_client
 from transforms.millwheel.bigtable_tables import (
     ID_REGISTRY_FAMILY,
     id_registry_table,
 )
 from transforms.millwheel.productions import deterministic_row_key
-from transforms.photon.bigtable_retry import (
-    call_with_retries,
-    ensure_table_by_deadline,
-    table_timeouts,
-    within,
-)
+from transforms.photon.bigtable_retry import call_with_retries, open_table, within
 from transforms.photon.bigtable_rpc import (
     ConditionalWrite,
     PipelinedCheckAndMutate,
@@ -160,37 +154,25 @@ class IdRegistry:
         max_in_flight: int = 128,
         columns_per_write: int = COLUMNS_PER_WRITE,
     ) -> None:
-        ensure_table_by_deadline(
-            target.deadline_s,
-            target.project,
-            target.instance_id,
-            id_registry_table(gc_days, target.registry_table),
+        self._client, self._table = open_table(
+            target, id_registry_table(gc_days, target.registry_table)
         )
-        check_gc_horizon(target, gc_days)
-        table_name = (
-            f"projects/{target.project}/instances/{target.instance_id}"
-            f"/tables/{target.registry_table}"
-        )
+        self._table_id = target.registry_table
+        self._deadline_s = target.deadline_s
         self._layout = layout
         self._columns_per_write = columns_per_write
         self._channel = open_channel()
         self._writes = PipelinedCheckAndMutate(
             self._channel,
-            table_name,
+            f"projects/{target.project}/instances/{target.instance_id}"
+            f"/tables/{target.registry_table}",
             max_in_flight=max_in_flight,
             deadline_s=target.deadline_s,
         )
-        self._client = data_client(target.project)
-        self._table = self._client.get_table(
-            target.instance_id,
-            target.registry_table,
-            **table_timeouts(target.deadline_s),
-        )
-        self._table_id = target.registry_table
-        self._deadline_s = target.deadline_s
         try:
+            check_gc_horizon(target, gc_days)
             self._claim_layout(target.registry_table)
-        except LayoutMismatch:
+        except BaseException:
             self.close()
             raise
 

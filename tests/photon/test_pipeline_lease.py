@@ -1,0 +1,102 @@
+"""The pipeline lease on the Bigtable emulator: one running pipeline per id."""
+
+import threading
+import time
+
+import pytest
+
+from tests.photon.joining import target_of
+from transforms.photon.pipeline_lease import PipelineIdInUse, PipelineLease
+
+GC_DAYS = 3
+LEASE_S = 30.0
+
+
+@pytest.fixture
+def lease(bigtable_instance):
+    """Makes leases on the test's instance; closes them after the test."""
+    made = []
+
+    def make(holder, token="east", lease_s=LEASE_S, **kwargs):
+        target = target_of(bigtable_instance)
+        made.append(
+            PipelineLease(target, GC_DAYS, token, holder, lease_s=lease_s, **kwargs)
+        )
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close()
+
+
+def later(seconds):
+    """A clock `seconds` ahead of the wall clock: how a lease looks to a
+    pipeline starting that much later."""
+    return lambda: time.time_ns() // 1_000_000 + int(seconds * 1000)
+
+
+def test_a_second_holder_is_refused_naming_the_first(lease):
+    first = lease("host-a:/out/east")
+    first.acquire()
+    second = lease("host-b:/out/east2")
+    with pytest.raises(PipelineIdInUse, match=r"'east' is in use .*host-a:/out/east,"):
+        second.acquire()
+    # Another id is another lease.
+    lease("host-b:/out/west", token="west").acquire()
+
+
+def test_the_same_holder_takes_its_id_again_at_once(lease):
+    # A restart after a crash: the lease it held is still fresh.
+    lease("host-a:/out/east").acquire()
+    lease("host-a:/out/east").acquire()
+
+
+def test_an_id_not_renewed_for_the_lease_is_free(lease):
+    crashed = lease("host-a:/out/east")
+    crashed.acquire()
+    too_soon = lease("host-b:/out/east", clock_ms=later(LEASE_S - 5))
+    with pytest.raises(PipelineIdInUse, match="free 30 s after its last renewal"):
+        too_soon.acquire()
+    lease("host-b:/out/east", clock_ms=later(LEASE_S + 1)).acquire()
+    # The first, back from its stall, finds the id taken.
+    assert not crashed.renew()
+
+
+def test_a_released_id_is_free_at_once(lease):
+    first = lease("host-a:/out/east")
+    first.acquire()
+    first.release()
+    lease("host-b:/out/east").acquire()
+
+
+def test_of_pipelines_starting_together_one_takes_the_id(lease):
+    leases = [lease(f"host-{i}:/out") for i in range(4)]
+    outcomes = []
+    start = threading.Barrier(len(leases))
+
+    def acquire(one):
+        start.wait()
+        try:
+            one.acquire()
+            outcomes.append("held")
+        except PipelineIdInUse:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=acquire, args=(one,)) for one in leases]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["held", "refused", "refused", "refused"]
+
+
+def test_a_held_id_is_renewed_while_the_block_runs_and_freed_after(lease):
+    # Renewed every 0.5 s. Seen from a clock 0.5 s ahead, a lease renewed
+    # is at most about 1 s old; one not renewed for the 3 s below, 3.5 s.
+    running = lease("host-a:/out", lease_s=1.5)
+    ahead = lease("host-b:/out", lease_s=1.5, clock_ms=later(0.5))
+    with running.held():
+        time.sleep(3.0)
+        with pytest.raises(PipelineIdInUse):
+            ahead.acquire()
+    ahead.acquire()

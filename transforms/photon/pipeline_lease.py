@@ -1,0 +1,263 @@
+"""A running Photon pipeline's hold on its id, in the id registry's table.
+
+The registry tells pipelines apart by their id alone: two running under one
+id each take the other's registrations for their own and output them, so
+every click is output twice, and nothing in the registry can tell. The
+lease makes the second refuse to start. One row per id, ``~pipeline#<id>``,
+holds one cell: who runs the id (``holder``: the host and output directory,
+what a restart of the same pipeline shares) and when it last said so. A
+running pipeline renews it every third of ``lease_s``; another holder may
+take it only once it is that old, so a pipeline that crashed frees its id
+within ``lease_s``, and its own restart takes it at once.
+
+Every write is a conditional one on the exact value read or last written:
+of two pipelines starting together, one takes the lease and the other reads
+the winner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import NamedTuple, TypeVar
+
+from google.cloud.bigtable.data import DeleteRangeFromColumn, SetCell
+from google.cloud.bigtable.data import row_filters as rf
+
+from transforms.millwheel.bigtable_tables import ID_REGISTRY_FAMILY, id_registry_table
+from transforms.photon.bigtable_retry import call_with_retries, open_table, within
+from transforms.photon.params import BigtableTarget
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+# How a call reaches Bigtable: retried until the deadline, or once.
+_Call = Callable[[str, Callable[[float], T]], T]
+
+LEASE_SECONDS = 30.0
+# Click rows start with four hex digits, the layout row is "~layout".
+_ROW_PREFIX = b"~pipeline#"
+_COLUMN = b"holder"
+_CLEAR = DeleteRangeFromColumn(ID_REGISTRY_FAMILY, _COLUMN)
+_LONGEST_ATTEMPT_S = 5.0
+
+
+class PipelineIdInUse(RuntimeError):
+    """Another running pipeline holds this pipeline id."""
+
+
+class Holding(NamedTuple):
+    """Who holds a pipeline id, and when they last renewed it."""
+
+    holder: str
+    renewed_ms: int
+
+    def encode(self) -> bytes:
+        return f"{self.renewed_ms} {self.holder}".encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> Holding:
+        renewed, holder = value.decode().split(" ", 1)
+        return cls(holder, int(renewed))
+
+
+class PipelineLease:
+    """The lease on ``token`` for ``holder``; see the module's docstring.
+
+    ``acquire`` raises `PipelineIdInUse` while another holder renews it;
+    ``held`` acquires, renews in a thread while the block runs, and
+    releases after.
+    """
+
+    def __init__(
+        self,
+        target: BigtableTarget,
+        gc_days: int,
+        token: str,
+        holder: str,
+        *,
+        lease_s: float = LEASE_SECONDS,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._client, self._table = open_table(
+            target, id_registry_table(gc_days, target.registry_table)
+        )
+        self._table_id = target.registry_table
+        self._deadline_s = target.deadline_s
+        self._row = _ROW_PREFIX + token.encode()
+        self._token, self._holder = token, holder
+        self._lease_ms = int(lease_s * 1000)
+        # Renewed three times a lease, each renewal (and the release) one
+        # attempt of at most the time to the next, and never long.
+        self._renew_every_s = lease_s / 3
+        self._attempt_s = min(self._renew_every_s, _LONGEST_ATTEMPT_S)
+        self._clock_ms = clock_ms
+        self._written: bytes | None = None
+
+    def close(self) -> None:
+        self._client.close()
+
+    def acquire(self) -> None:
+        """Takes the id, or raises `PipelineIdInUse` naming its holder.
+        Retried on Bigtable's transient errors until its deadline."""
+        # A second look only if another pipeline wrote between this one's
+        # read and its conditional write.
+        for _ in range(2):
+            read = self._read(self._call)
+            if read is not None:
+                self._refuse_if_held(Holding.decode(read))
+            if self._write_over(read, self._call):
+                return
+        raise PipelineIdInUse(
+            f"pipeline id {self._token!r} is being taken by other pipelines "
+            "starting at the same time: start one pipeline per id"
+        )
+
+    def renew(self) -> bool:
+        """Renews the lease, one attempt; False if another pipeline has
+        taken it."""
+        return self._write_over(self._written, self._once)
+
+    def release(self) -> None:
+        """Frees the id at once for another holder, if this one holds it;
+        one attempt (failing, the id is free once the lease runs out)."""
+        if self._written is None:
+            return
+        self._once(
+            "CheckAndMutateRow (lease)",
+            lambda left: self._table.check_and_mutate_row(
+                self._row,
+                _value_is(self._written),
+                true_case_mutations=[_CLEAR],
+                operation_timeout=left,
+            ),
+        )
+        self._written = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Holds the id while the block runs, renewing it in a thread.
+
+        Ending the block never waits on Bigtable for more than a renewal's
+        time, and a failed release is only a warning: a job that failed
+        for Bigtable must end with that error, not another one a deadline
+        later.
+        """
+        self.acquire()
+        stop = threading.Event()
+        renewer = threading.Thread(
+            target=self._renew_until, args=(stop,), name="pipeline-lease", daemon=True
+        )
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join(timeout=self._attempt_s)
+            try:
+                self.release()
+            except Exception as error:  # noqa: BLE001 - the lease runs out anyway
+                _log.warning(
+                    "pipeline id %r not released (%s): it is free %.0f s after "
+                    "its last renewal",
+                    self._token,
+                    error,
+                    self._lease_ms / 1000,
+                )
+
+    def _renew_until(self, stop: threading.Event) -> None:
+        while not stop.wait(self._renew_every_s):
+            try:
+                if not self.renew() and not stop.is_set():
+                    _log.error(
+                        "pipeline id %r was taken by another pipeline while "
+                        "this one did not renew it for %.0f s: both now output "
+                        "its clicks; stop one of them",
+                        self._token,
+                        self._lease_ms / 1000,
+                    )
+                    return
+            except Exception as error:  # noqa: BLE001 - retried at the next renewal
+                _log.warning("pipeline id %r: renewal failed: %s", self._token, error)
+
+    def _refuse_if_held(self, holding: Holding) -> None:
+        age_ms = self._clock_ms() - holding.renewed_ms
+        if holding.holder == self._holder or age_ms >= self._lease_ms:
+            return
+        raise PipelineIdInUse(
+            f"pipeline id {self._token!r} is in use by another running "
+            f"pipeline ({holding.holder}, renewed {age_ms / 1000:.0f} s ago): "
+            "under one id both would output every click. Stop it, or give this "
+            "one another --pipeline_id; an id whose pipeline died is free "
+            f"{self._lease_ms / 1000:.0f} s after its last renewal"
+        )
+
+    def _write_over(self, expected: bytes | None, call: _Call) -> bool:
+        """Writes this holder's renewal if the cell still holds ``expected``
+        (None: no cell at all); True if it did."""
+        mine = Holding(self._holder, self._clock_ms()).encode()
+        # One version only: the old one goes in the same atomic mutation.
+        mutations = [_CLEAR, SetCell(ID_REGISTRY_FAMILY, _COLUMN, mine)]
+        if expected is None:
+            matched = call(
+                "CheckAndMutateRow (lease)",
+                lambda left: self._table.check_and_mutate_row(
+                    self._row,
+                    _column(),
+                    false_case_mutations=mutations,
+                    operation_timeout=left,
+                ),
+            )
+            wrote = not matched
+        else:
+            wrote = call(
+                "CheckAndMutateRow (lease)",
+                lambda left: self._table.check_and_mutate_row(
+                    self._row,
+                    _value_is(expected),
+                    true_case_mutations=mutations,
+                    operation_timeout=left,
+                ),
+            )
+        # A resent write that had been applied finds its own value.
+        if wrote or self._read(call) == mine:
+            self._written = mine
+            return True
+        return False
+
+    def _read(self, call: _Call) -> bytes | None:
+        row = call(
+            "ReadRow (lease)",
+            lambda left: self._table.read_row(
+                self._row,
+                row_filter=rf.RowFilterChain([_column(), rf.CellsColumnLimitFilter(1)]),
+                **within(left),
+            ),
+        )
+        cells = row.get_cells(ID_REGISTRY_FAMILY, _COLUMN) if row else []
+        return cells[0].value if cells else None
+
+    def _call(self, operation: str, call: Callable[[float], T]) -> T:
+        return call_with_retries(self._table_id, operation, call, self._deadline_s)
+
+    def _once(self, operation: str, call: Callable[[float], T]) -> T:
+        # A renewal's time at most: the next renewal is the retry.
+        return call(self._attempt_s)
+
+
+def _column() -> rf.RowFilter:
+    return rf.ColumnRangeFilter(
+        ID_REGISTRY_FAMILY, _COLUMN, _COLUMN, inclusive_start=True, inclusive_end=True
+    )
+
+
+def _value_is(value: bytes) -> rf.RowFilter:
+    return rf.RowFilterChain(
+        [
+            _column(),
+            rf.CellsColumnLimitFilter(1),
+            rf.ValueRangeFilter(value, value, inclusive_start=True, inclusive_end=True),
+        ]
+    )
