@@ -18,7 +18,7 @@ FLAG_KEYS = {
     "status_seconds": "live.status_seconds",
 }
 # Seconds may be fractional, whatever the default in the YAML file says.
-FLOAT_KEYS = (*FLAG_KEYS.values(), "live.flush_seconds")
+FLOAT_KEYS = (*FLAG_KEYS.values(), "live.flush_seconds", "live.settle_seconds")
 
 
 def add_live_arguments(parser: argparse.ArgumentParser, follow_help: str) -> None:
@@ -58,4 +58,5 @@ def follow_settings(config: config_loader.Config) -> FollowSettings:
         poll_seconds=live["poll_seconds"],
         max_disorder_seconds=live["max_disorder_seconds"],
         idle_timeout_seconds=live["idle_timeout_seconds"],
+        settle_seconds=live["settle_seconds"],
     )

@@ -3,12 +3,20 @@ times, and a drain that reads what is there. The source runs on this
 project's SparkRunner in streaming, over real files in a real directory."""
 
 import json
+import os
 import time
 
 import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.pvalue import TaggedOutput
 from apache_beam.runners.runner import PipelineState
+from apache_beam.runners.sdf_utils import (
+    RestrictionTrackerView,
+    ThreadsafeRestrictionTracker,
+)
 from apache_beam.transforms.window import FixedWindows
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
@@ -30,15 +38,18 @@ T0 = 1_767_571_200_000  # 2026-01-05T00:00Z
 MINUTE = 60_000
 
 
-def _drop(directory, name: str, times: list[int], extra: str = "") -> None:
-    """Writes a JSON Lines file under a hidden name, then renames it into
-    place, as the follow mode asks of writers."""
-    lines = "".join(
+def _json_lines(name: str, times: list[int]) -> str:
+    return "".join(
         json.dumps({"query": "q", "event_time": t, "record_id": f"{name}-{i}"}) + "\n"
         for i, t in enumerate(times)
     )
+
+
+def _drop(directory, name: str, times: list[int], extra: str = "") -> None:
+    """Writes a JSON Lines file under a hidden name, then renames it into
+    place, as the follow mode asks of writers."""
     hidden = directory / f".{name}"
-    hidden.write_text(lines + extra)
+    hidden.write_text(_json_lines(name, times) + extra)
     hidden.rename(directory / name)
 
 
@@ -125,6 +136,107 @@ def test_settings_out_of_range_are_refused(settings):
         FollowSettings(**settings)
 
 
+# -- a file that does not end whole, polled by the source's DoFn --------------
+
+# Searches as CSV, the format in which a cut line still parses: cut inside
+# its last field, `b-17` reads as the search `b-1`.
+_CSV_HEADER = "query,event_time,record_id\n"
+
+
+def _csv_line(record_id: str, event_ms: int) -> str:
+    return f"q,{event_ms},{record_id}\n"
+
+
+def _poll(follow: FollowSearchQueries, restriction: FollowedFiles):
+    """One poll of the followed directory: the record ids and dead-letter
+    reasons it output, and the restriction it left for the next poll."""
+    fn = follow._follow
+    fn.setup()
+    tracker = ThreadsafeRestrictionTracker(FollowedFilesTracker(restriction))
+    outputs = list(
+        fn.process(None, tracker=RestrictionTrackerView(tracker), _watermark=None)
+    )
+    records = [o.value.record_id for o in outputs if not isinstance(o, TaggedOutput)]
+    dead = [o.value.reason for o in outputs if isinstance(o, TaggedOutput)]
+    deferred = tracker.deferred_status()
+    return records, dead, deferred[0] if deferred else None
+
+
+def _settled(path, seconds: float = 60) -> None:
+    """Dates `path`'s modification back, as a writer that finished that long
+    ago leaves it."""
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_a_line_cut_by_a_writer_in_place_is_read_only_once_it_is_whole(tmp_path):
+    follow = FollowSearchQueries(str(tmp_path / "*.csv"))
+    path = tmp_path / "b.csv"
+    cut = _CSV_HEADER + _csv_line("b-0", T0) + _csv_line("b-17", T0 + 1)[:-3]
+    path.write_text(cut)
+    records, dead, rest = _poll(follow, FollowedFiles())
+    assert (records, dead) == ([], [])
+    # Still cut at the next poll, the writer slow: still nothing.
+    records, dead, rest = _poll(follow, rest)
+    assert (records, dead) == ([], [])
+    path.write_text(cut + _csv_line("b-17", T0 + 1)[-3:])
+    records, dead, rest = _poll(follow, rest)
+    assert (records, dead) == (["b-0", "b-17"], [])
+    assert _poll(follow, rest)[:2] == ([], [])
+
+
+def test_a_file_ending_without_a_newline_is_read_once_it_has_settled(tmp_path):
+    follow = FollowSearchQueries(
+        str(tmp_path / "*.csv"), settings=FollowSettings(settle_seconds=30)
+    )
+    path = tmp_path / "c.csv"
+    path.write_text(_CSV_HEADER + _csv_line("c-0", T0) + _csv_line("c-1", T0)[:-1])
+    _settled(path, seconds=20)
+    records, _, rest = _poll(follow, FollowedFiles())
+    assert records == []
+    _settled(path, seconds=31)
+    records, _, rest = _poll(follow, rest)
+    assert records == ["c-0", "c-1"]
+
+
+def test_a_file_that_ends_whole_is_read_at_once(tmp_path):
+    follow = FollowSearchQueries(str(tmp_path / "*.csv"))
+    (tmp_path / "d.csv").write_text(_CSV_HEADER + _csv_line("d-0", T0))
+    (tmp_path / "empty.csv").write_text("")  # created, nothing written yet
+    records, _, rest = _poll(follow, FollowedFiles())
+    assert records == ["d-0"]
+    assert {v.path.rsplit("/", 1)[-1] for v in rest.seen} == {"d.csv"}
+
+
+def test_a_parquet_file_without_its_footer_waits_for_it(tmp_path):
+    follow = FollowSearchQueries(str(tmp_path / "*.parquet"))
+    table = pa.table(
+        {"query": ["q", "q"], "event_time": [T0, T0 + 1], "record_id": ["p-0", "p-1"]}
+    )
+    whole = tmp_path / ".whole"
+    pq.write_table(table, whole)
+    path = tmp_path / "p.parquet"
+    path.write_bytes(whole.read_bytes()[:-8])  # the footer's length and magic
+    records, dead, rest = _poll(follow, FollowedFiles())
+    assert (records, dead) == ([], [])
+    path.write_bytes(whole.read_bytes())
+    records, dead, _ = _poll(follow, rest)
+    assert (records, dead) == (["p-0", "p-1"], [])
+
+
+def test_a_drain_waits_for_a_file_still_being_written(tmp_path):
+    follow = FollowSearchQueries(
+        str(tmp_path / "*.csv"), settings=FollowSettings(settle_seconds=1.5)
+    )
+    path = tmp_path / "e.csv"
+    path.write_text(_CSV_HEADER + _csv_line("e-0", T0)[:-1])
+    started = time.monotonic()
+    records, _, rest = _poll(follow, FollowedFiles(final=True))
+    assert records == ["e-0"]
+    assert time.monotonic() - started >= 1.0
+    assert rest is None  # a drained restriction ends
+
+
 # -- on SparkRunner in streaming ----------------------------------------------
 
 
@@ -190,18 +302,29 @@ def test_files_arriving_in_waves_are_each_read_once_and_windows_close_on_event_t
         (inbox / "a.jsonl").unlink()
         _drop(inbox, "a.jsonl", [T0 + 171_000])
         _wait_for(lambda: len(_lines(read)) == 7)
+        # e.jsonl written in place, cut inside its second line: not read
+        # while cut, though f.jsonl, which came after it, is.
+        in_place = inbox / "e.jsonl"
+        whole = _json_lines("e.jsonl", [T0 + 172_000, T0 + 173_000])
+        in_place.write_text(whole[:-10])
+        _drop(inbox, "f.jsonl", [T0 + 174_000])
+        _wait_for(lambda: len(_lines(read)) == 8)
+        assert _lines(read)[-1] == "f.jsonl-0"
+        in_place.write_text(whole)
+        _wait_for(lambda: len(_lines(read)) == 10)
     finally:
         # Draining reads whatever arrived meanwhile and closes every window.
         _drop(inbox, "d.jsonl", [T0 + 175_000])
         assert result.drain() == PipelineState.DONE
     assert sorted(_lines(read)) == sorted(
         ["a.jsonl-0", "a.jsonl-1", "a.jsonl-2", "b.jsonl-0", "b.jsonl-1"]
-        + ["c.jsonl-0", "a.jsonl-0", "d.jsonl-0"]
+        + ["c.jsonl-0", "a.jsonl-0", "e.jsonl-0", "e.jsonl-1", "f.jsonl-0"]
+        + ["d.jsonl-0"]
     )
     assert sorted(_lines(counts)) == [
         f"{T0} 3",
         f"{T0 + 60_000} 2",
-        f"{T0 + 120_000} 3",
+        f"{T0 + 120_000} 6",
     ]
     assert _lines(dead) == ["invalid JSON: Expecting value at column 1"]
     counters = {
@@ -209,9 +332,9 @@ def test_files_arriving_in_waves_are_each_read_once_and_windows_close_on_event_t
         for c in result.metrics().query()["counters"]
         if c.key.metric.namespace == "millwheel.records"
     }
-    assert counters["files_followed"] == 5
+    assert counters["files_followed"] == 7
     assert counters["files_read_again"] == 1
-    assert counters["records_read"] == 8
+    assert counters["records_read"] == 11
 
 
 class _WindowCount(beam.DoFn):

@@ -22,6 +22,18 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   starting with `.` or `_`, which are never read) and rename it into place:
   a file is read as it is at the poll that finds it, and one written to in
   place after that is read again, whole, its first records twice.
+- **A file that does not end as a whole file waits.** A text file whose
+  last line has no newline, a Parquet file without its footer, or an empty
+  file is read only once it has not been modified for `settle_seconds` (a
+  drain waits that long for it). A writer caught in the middle of a line
+  would otherwise have its cut line parsed as a shorter, valid record (a
+  count of `12` for `123`, a record id `b-1` for `b-17`), and the whole
+  line read again with the file: both counted, or, with record-id dedup
+  and the id intact, only the cut one. Wrong counts, and no dead letter. A
+  file that simply ends without a newline is read all the same,
+  `settle_seconds` late. Compressed files are read at once: their cut is
+  an `unreadable_file` dead letter (see `compressed.py`), and the file is
+  read again once it changes.
 - **Event time from the records.** Each record is stamped with its
   `event_time`. The watermark is MillWheel's injector estimate: the newest
   event time read, less `max_disorder_seconds` (how far a record may arrive
@@ -46,6 +58,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar, NamedTuple
 
 import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.iobase import (
     RestrictionProgress,
@@ -93,11 +106,13 @@ class FollowSettings:
     poll_seconds: float = 1.0
     max_disorder_seconds: float = 0.0
     idle_timeout_seconds: float = 0.0  # 0: the watermark never jumps ahead
+    # How long a file that does not end whole must stay unmodified to be read.
+    settle_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         if self.poll_seconds <= 0:
             raise ValueError(f"poll_seconds must be positive, got {self.poll_seconds}")
-        for name in ("max_disorder_seconds", "idle_timeout_seconds"):
+        for name in ("max_disorder_seconds", "idle_timeout_seconds", "settle_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
 
@@ -249,6 +264,33 @@ def _is_hidden(path: str) -> bool:
     return path.rsplit("/", 1)[-1].startswith((".", "_"))
 
 
+# The last bytes of a complete file: a text file's last line has its newline,
+# a Parquet file ends with its footer's magic number.
+_WHOLE_ENDINGS = {"jsonl": b"\n", "csv": b"\n", "parquet": b"PAR1"}
+
+
+def _ends_whole(version: FileVersion, fmt: str) -> bool:
+    """Whether `version` ends as a complete file of `fmt` does."""
+    ending = _WHOLE_ENDINGS[fmt]
+    if version.size < len(ending):
+        return False
+    compression = CompressionTypes.detect_compression_type(version.path)
+    if compression != CompressionTypes.UNCOMPRESSED:
+        # A compressed stream cut short is an `unreadable_file` dead letter,
+        # never a shorter record: it is safe to read at once.
+        return True
+    try:
+        with FileSystems.open(
+            version.path, compression_type=CompressionTypes.UNCOMPRESSED
+        ) as file:
+            file.seek(version.size - len(ending))
+            return file.read(len(ending)) == ending
+    except OSError:
+        # Gone since the listing, or unreadable: the next poll, or the read
+        # once it has settled, says which.
+        return False
+
+
 class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
     """Polls the pattern; reads each new file. It is its own watermark
     estimator provider because the estimator needs this source's settings,
@@ -287,7 +329,10 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
             return
         read_before = {version.path for version in restriction.seen}
         new = sorted(found - restriction.seen, key=lambda v: (v.last_updated, v.path))
+        self._waiting &= found
         for version in new:
+            if not self._ready(version, restriction.final):
+                continue
             if not tracker.try_claim(version):
                 return
             if version.path in read_before:
@@ -301,6 +346,40 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
             yield from self._read(version.path)
         if not restriction.final:
             tracker.defer_remainder(Duration.of(self._settings.poll_seconds))
+
+    def setup(self) -> None:
+        self._waiting: set[FileVersion] = set()
+
+    def _ready(self, version: FileVersion, final: bool) -> bool:
+        """Whether `version` may be read now: it ends whole, or has not been
+        modified for `settle_seconds` (a writer would have finished it).
+
+        A file left waiting is not claimed, so the next poll looks again. A
+        drain waits out the rest of the settling time instead: it ends the
+        job, and a file it left would never be read.
+        """
+        age_s = time.time() - version.last_updated
+        settle_s = self._settings.settle_seconds
+        if age_s >= settle_s or _ends_whole(version, self._format):
+            return True
+        if final:
+            _LOGGER.info(
+                "draining: waiting %.1f s for %s to settle",
+                settle_s - age_s,
+                version.path,
+            )
+            time.sleep(settle_s - age_s)
+            return True
+        if version not in self._waiting:
+            self._waiting.add(version)
+            _LOGGER.info(
+                "%s does not end as a whole %s file does: reading it once it "
+                "has not changed for %g s",
+                version.path,
+                self._format,
+                settle_s,
+            )
+        return False
 
     def initial_estimator_state(self, element: Any, restriction: Any) -> InjectorState:
         return InjectorState()
