@@ -108,11 +108,13 @@ def run_until_stopped(
     start: Callable[[], PipelineResult],
     status: Callable[[PipelineResult], str],
     status_seconds: float,
+    stop_when: threading.Event | None = None,
 ) -> PipelineResult:
     """Starts a job with `start` (e.g. `pipeline.run`) and waits for it to
     end, or stops it on SIGINT/SIGTERM, even one that came while it was
-    starting; logs `status(result)` every `status_seconds` (0: never).
-    Returns the job's result, CANCELLED after a stop."""
+    starting, or once `stop_when` is set; logs `status(result)` every
+    `status_seconds` (0: never). Returns the job's result, CANCELLED after
+    a stop."""
     next_status = time.monotonic() + status_seconds
     with _stop_requests() as (stop, take_signals):
         result = start()
@@ -123,7 +125,7 @@ def run_until_stopped(
             state = result.wait_until_finish(duration=_POLL_MS)
             if PipelineState.is_terminal(state):
                 return result
-            if stop.is_set():
+            if stop.is_set() or (stop_when is not None and stop_when.is_set()):
                 result.cancel()
                 return result
             if status_seconds and time.monotonic() >= next_status:
@@ -137,9 +139,10 @@ def run_job(
     status_line: Callable[[dict[str, int], str, str], str],
     namespaces: tuple[str, ...],
     status_seconds: float,
+    stop_when: threading.Event | None = None,
 ) -> PipelineResult:
     """Runs a command's `pipeline`: a batch job to its end; a streaming one
-    until it ends or is stopped (`run_until_stopped`), logging
+    until it ends or is stopped (`run_until_stopped`, `stop_when`), logging
     `status_line(totals, rate, watermark)` from the committed counters of
     `namespaces`, `read_rate`'s text and the watermark's."""
     if not streaming:
@@ -157,7 +160,7 @@ def run_job(
         previous[:] = [(now, records)]
         return status_line(totals, rate, watermark_lag(result))
 
-    return run_until_stopped(pipeline.run, status, status_seconds)
+    return run_until_stopped(pipeline.run, status, status_seconds, stop_when)
 
 
 def read_rate(earlier: tuple[float, int], later: tuple[float, int]) -> str:

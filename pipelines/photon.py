@@ -41,6 +41,7 @@ import logging
 import pathlib
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -233,15 +234,19 @@ def _pipeline_id_held(
     registry: RegistryParams,
     token: str,
     output: pathlib.Path,
-) -> Iterator[None]:
-    """Holds the pipeline id while the job runs (`PipelineLease`). The holder
-    is the host and the output directory: what a restart of this pipeline
-    shares, and a second pipeline under the same id does not."""
+) -> Iterator[threading.Event]:
+    """Holds the pipeline id while the job runs (`PipelineLease`), and fails
+    the command if another pipeline took it meanwhile; the block gets the
+    event to stop the job on. The holder is the host and the output
+    directory: what a restart of this pipeline shares, and a second
+    pipeline under the same id does not."""
     holder = f"{socket.gethostname()}:{output.resolve()}"
     lease = PipelineLease(target, registry.gc_days, token, holder)
     try:
-        with lease.held():
-            yield
+        with lease.held() as lost:
+            yield lost
+        if lost.is_set():
+            raise lease.taken_over()
     finally:
         lease.close()
 
@@ -379,13 +384,14 @@ def run(argv: Sequence[str] | None = None) -> int:
             ", live until stopped (Ctrl-C)" if following else "",
         )
         started = time.monotonic()
-        with _pipeline_id_held(target, registry, token, output):
+        with _pipeline_id_held(target, registry, token, output) as lost:
             result = live.run_job(
                 pipeline,
                 streaming,
                 photon_live.status_line,
                 METRIC_NAMESPACES,
                 config["live"]["status_seconds"],
+                stop_when=lost,
             )
         elapsed = time.monotonic() - started
     if player is not None:

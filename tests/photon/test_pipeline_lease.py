@@ -95,8 +95,21 @@ def test_a_held_id_is_renewed_while_the_block_runs_and_freed_after(lease):
     # is at most about 1 s old; one not renewed for the 3 s below, 3.5 s.
     running = lease("host-a:/out", lease_s=1.5)
     ahead = lease("host-b:/out", lease_s=1.5, clock_ms=later(0.5))
-    with running.held():
+    with running.held() as lost:
         time.sleep(3.0)
         with pytest.raises(PipelineIdInUse):
             ahead.acquire()
+        assert not lost.is_set()
     ahead.acquire()
+
+
+def test_a_holder_whose_id_was_taken_finds_out_at_its_next_renewal(lease):
+    running = lease("host-a:/out", lease_s=1.5)
+    with running.held() as lost:
+        # Seen from 2 s ahead the lease has run out, as it has for a
+        # pipeline that starts while host-a is stalled.
+        lease("host-b:/out", lease_s=1.5, clock_ms=later(2.0)).acquire()
+        assert lost.wait(timeout=3.0), "renewed every 0.5 s, yet never found out"
+    # Its end leaves the new holder's lease alone.
+    with pytest.raises(PipelineIdInUse, match="host-b:/out"):
+        lease("host-c:/out").acquire()

@@ -1,18 +1,25 @@
 """`pipelines.live`: whether a live job resumes a checkpoint (`resumes`), which
 decides whether a live generator keeps or deletes an earlier run's files
 (`generator_run`), and the status line's read rate (`read_rate`), which a
-resumed job's totals must not inflate; and how long a generated run's
-watermark waits (`live_flags.disorder_of_generated`)."""
+resumed job's totals must not inflate; how long a generated run's
+watermark waits (`live_flags.disorder_of_generated`); and a live job
+stopped by its command (`run_until_stopped`'s `stop_when`)."""
 
 import argparse
+import threading
 
+import apache_beam as beam
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
 
 from pipelines import config as config_loader
 from pipelines import live_flags
-from pipelines.live import generator_run, read_rate, resumes
+from pipelines.live import generator_run, read_rate, resumes, run_until_stopped
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG
-from transforms.records.follow import FollowSettings
+from runners.spark import SparkRunner
+from transforms.records.follow import FollowSearchQueries, FollowSettings
+from transforms.records.readers import RECORDS
 
 
 def test_a_job_without_a_checkpoint_directory_starts_afresh():
@@ -72,3 +79,28 @@ def test_a_generated_run_waits_for_its_own_disorder_unless_told_otherwise():
     # A value the user gives is theirs, by flag or by --set.
     assert disorder("--max_disorder_seconds", "60") == configured
     assert disorder("--set", "live.max_disorder_seconds=60") == configured
+
+
+@pytest.mark.spark
+def test_a_live_job_stops_when_its_command_asks(tmp_path, spark_session):
+    # How the Photon command stops a job whose pipeline id another pipeline
+    # took: the lease's event, set here by the first status line, which
+    # comes only once the job is running.
+    pipeline = beam.Pipeline(
+        runner=SparkRunner(),
+        options=PipelineOptions(
+            ["--streaming", f"--checkpoint_dir={tmp_path / 'checkpoint'}"]
+        ),
+    )
+    searches = pipeline | FollowSearchQueries(
+        str(tmp_path / "*.jsonl"), settings=FollowSettings(poll_seconds=0.2)
+    )
+    _ = searches[RECORDS] | beam.Map(lambda search: search.query)
+    taken = threading.Event()
+
+    def status(result) -> str:
+        taken.set()
+        return "running"
+
+    result = run_until_stopped(pipeline.run, status, 0.5, stop_when=taken)
+    assert result.state == PipelineState.CANCELLED

@@ -8,7 +8,12 @@ holds one cell: who runs the id (``holder``: the host and output directory,
 what a restart of the same pipeline shares) and when it last said so. A
 running pipeline renews it every third of ``lease_s``; another holder may
 take it only once it is that old, so a pipeline that crashed frees its id
-within ``lease_s``, and its own restart takes it at once.
+within ``lease_s``, and its own restart takes it at once. A holder that
+stalled past ``lease_s`` while another took the id finds out at its next
+renewal: ``held`` sets its ``lost`` event, and the command stops the job.
+Until then both output clicks: the lease narrows that window to a renewal
+period, it cannot fence a stalled holder's writes (the registry's
+conditional writes are per click row, and cannot also check this one).
 
 Every write is a conditional one on the exact value read or last written:
 of two pipelines starting together, one takes the lease and the other reads
@@ -68,7 +73,7 @@ class PipelineLease:
 
     ``acquire`` raises `PipelineIdInUse` while another holder renews it;
     ``held`` acquires, renews in a thread while the block runs, and
-    releases after.
+    releases after; ``taken_over`` is the error for a lease lost meanwhile.
     """
 
     def __init__(
@@ -136,9 +141,21 @@ class PipelineLease:
         )
         self._written = None
 
+    def taken_over(self) -> PipelineIdInUse:
+        """The error of a holder that found, renewing, its id taken."""
+        return PipelineIdInUse(
+            f"pipeline id {self._token!r} was taken by another pipeline while "
+            f"this one had not renewed it for {self._lease_ms / 1000:.0f} s "
+            "(stalled, or cut off from Bigtable); this one stopped. Until it "
+            "did, both output clicks: check the joined clicks of both outputs "
+            "for duplicates, and run one pipeline per id"
+        )
+
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """Holds the id while the block runs, renewing it in a thread.
+    def held(self) -> Iterator[threading.Event]:
+        """Holds the id while the block runs, renewing it in a thread. The
+        block gets an event set if another pipeline takes the id meanwhile
+        (see `taken_over`).
 
         Ending the block never waits on Bigtable for more than a renewal's
         time, and a failed release is only a warning: a job that failed
@@ -146,13 +163,16 @@ class PipelineLease:
         later.
         """
         self.acquire()
-        stop = threading.Event()
+        stop, lost = threading.Event(), threading.Event()
         renewer = threading.Thread(
-            target=self._renew_until, args=(stop,), name="pipeline-lease", daemon=True
+            target=self._renew_until,
+            args=(stop, lost),
+            name="pipeline-lease",
+            daemon=True,
         )
         renewer.start()
         try:
-            yield
+            yield lost
         finally:
             stop.set()
             renewer.join(timeout=self._attempt_s)
@@ -167,17 +187,12 @@ class PipelineLease:
                     self._lease_ms / 1000,
                 )
 
-    def _renew_until(self, stop: threading.Event) -> None:
+    def _renew_until(self, stop: threading.Event, lost: threading.Event) -> None:
         while not stop.wait(self._renew_every_s):
             try:
                 if not self.renew() and not stop.is_set():
-                    _log.error(
-                        "pipeline id %r was taken by another pipeline while "
-                        "this one did not renew it for %.0f s: both now output "
-                        "its clicks; stop one of them",
-                        self._token,
-                        self._lease_ms / 1000,
-                    )
+                    _log.error("%s", self.taken_over())
+                    lost.set()
                     return
             except Exception as error:  # noqa: BLE001 - retried at the next renewal
                 _log.warning("pipeline id %r: renewal failed: %s", self._token, error)
