@@ -147,16 +147,25 @@ def _csv_line(record_id: str, event_ms: int) -> str:
     return f"q,{event_ms},{record_id}\n"
 
 
-def _poll(follow: FollowSearchQueries, restriction: FollowedFiles):
+def _poll(
+    follow: FollowSearchQueries,
+    restriction: FollowedFiles,
+    watermark: InjectorWatermark | None = None,
+):
     """One poll of the followed directory: the record ids and dead-letter
-    reasons it output, and the restriction it left for the next poll."""
+    reasons it output, and the restriction it left for the next poll. The
+    records' times go to `watermark`, as a runner sends them."""
     fn = follow._follow
     fn.setup()
+    watermark = watermark or InjectorWatermark(InjectorState(), FollowSettings())
     tracker = ThreadsafeRestrictionTracker(FollowedFilesTracker(restriction))
     outputs = list(
-        fn.process(None, tracker=RestrictionTrackerView(tracker), _watermark=None)
+        fn.process(None, tracker=RestrictionTrackerView(tracker), _watermark=watermark)
     )
     records = [o.value.record_id for o in outputs if not isinstance(o, TaggedOutput)]
+    for output in outputs:
+        if not isinstance(output, TaggedOutput):
+            watermark.observe_timestamp(output.timestamp)
     dead = [o.value.reason for o in outputs if isinstance(o, TaggedOutput)]
     deferred = tracker.deferred_status()
     return records, dead, deferred[0] if deferred else None
@@ -222,6 +231,20 @@ def test_a_parquet_file_without_its_footer_waits_for_it(tmp_path):
     path.write_bytes(whole.read_bytes())
     records, dead, _ = _poll(follow, rest)
     assert (records, dead) == (["p-0", "p-1"], [])
+
+
+def test_a_file_waiting_to_be_read_keeps_the_input_from_being_idle(tmp_path):
+    settings = FollowSettings(max_disorder_seconds=60, idle_timeout_seconds=0.2)
+    follow = FollowSearchQueries(str(tmp_path / "*.csv"), settings=settings)
+    watermark = InjectorWatermark(InjectorState(), settings)
+    (tmp_path / "a.csv").write_text(_CSV_HEADER + _csv_line("a-0", T0 + 5 * MINUTE))
+    _, _, rest = _poll(follow, FollowedFiles(), watermark)
+    time.sleep(0.3)  # idle by now: the watermark would reach T0 + 5 min
+    (tmp_path / "b.csv").write_text(_CSV_HEADER + _csv_line("b-0", T0)[:-1])
+    records, _, _ = _poll(follow, rest, watermark)
+    assert records == []
+    # b.csv's search, in flight, is not made late by the idle timeout.
+    assert to_millis(watermark.current_watermark()) == T0 + 4 * MINUTE
 
 
 def test_a_drain_waits_for_a_file_still_being_written(tmp_path):

@@ -38,9 +38,9 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   `event_time`. The watermark is MillWheel's injector estimate: the newest
   event time read, less `max_disorder_seconds` (how far a record may arrive
   behind a newer one and still be on time). Once no newer event time has
-  been read for `idle_timeout_seconds`, nothing is assumed in flight and
-  the watermark moves up to the newest event time read, so the last
-  windows of a quiet stream close. Replaying old files live thus gives the
+  been read for `idle_timeout_seconds`, and no file waits to settle,
+  nothing is assumed in flight and the watermark moves up to the newest
+  event time read, so the last windows of a quiet stream close. Replaying old files live thus gives the
   windows a batch run gives, whatever the clock says.
 - **Drain** (the runner's `drain()`) reads the files present at that moment
   and ends; the watermark then goes to the end of time, as in a batch run.
@@ -216,7 +216,8 @@ class InjectorState:
     """A followed directory's watermark estimate, carried by its remainder.
 
     Times are event-time milliseconds; `last_record_s` is the wall clock
-    (seconds) when the newest batch of records was read.
+    (seconds) when the newest event time was read, or a file last waited to
+    be read (see `InjectorWatermark.input_pending`).
     """
 
     watermark_ms: int = _NO_EVENT_MS
@@ -241,6 +242,11 @@ class InjectorWatermark(WatermarkEstimator):
             self._state = dataclasses.replace(
                 self._state, newest_ms=event_ms, last_record_s=time.time()
             )
+
+    def input_pending(self) -> None:
+        """A file is known but not read yet: its records are in flight, so
+        the input is not idle, however long ago the newest event came."""
+        self._state = dataclasses.replace(self._state, last_record_s=time.time())
 
     def current_watermark(self) -> Timestamp:
         state = self._state
@@ -317,7 +323,7 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
         self,
         element: Any,
         tracker=beam.DoFn.RestrictionParam(_FollowedFilesProvider()),
-        _watermark=beam.DoFn.WatermarkEstimatorParam(),
+        _watermark: InjectorWatermark = beam.DoFn.WatermarkEstimatorParam(),
     ) -> Iterator[Any]:
         restriction = tracker.current_restriction()
         found = frozenset(
@@ -332,6 +338,7 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
         self._waiting &= found
         for version in new:
             if not self._ready(version, restriction.final):
+                _watermark.input_pending()
                 continue
             if not tracker.try_claim(version):
                 return
