@@ -68,10 +68,11 @@ def _unreadable(path: Path, error: Exception) -> CheckpointUnusable:
     )
 
 
-def _unwritable(path: Path, error: OSError) -> CheckpointUnusable:
+def unwritable(path: Path, error: Exception) -> CheckpointUnusable:
     """The error for a checkpoint file that cannot be written (a full or
-    read-only disk, no permission): the last commit stands, so the same
-    command resumes from it once the disk is fixed."""
+    read-only disk, no permission), by the driver (an `OSError`) or by a
+    task into a key-group file (an `sqlite3.Error`): the last commit stands,
+    so the same command resumes from it once the disk is fixed."""
     return CheckpointUnusable(
         f"checkpoint file {path} cannot be written ({error}): the job resumes "
         "from its last committed batch once this is fixed"
@@ -98,7 +99,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
         finally:
             os.close(dir_fd)
     except OSError as error:
-        raise _unwritable(path, error) from None
+        raise unwritable(path, error) from None
 
 
 def _read_record(path: Path) -> dict:
@@ -160,7 +161,7 @@ class CheckpointDir:
         try:
             fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as error:
-            raise _unwritable(self.root / "lock", error) from None
+            raise unwritable(self.root / "lock", error) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -29,12 +29,14 @@ million objects in the task's memory. SQLite's page cache is held to
 
 from __future__ import annotations
 
+import functools
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from runners.spark.checkpoint import CheckpointUnusable
+from runners.spark.checkpoint import CheckpointUnusable, unwritable
 
 EVENT_DOMAIN = 0
 # Seconds a task waits for a key group another attempt holds.
@@ -122,6 +124,42 @@ class StoredTimer:
     payload: bytes
 
 
+# SQLite's names for a write the disk refused: full (SQLITE_FULL), read-only
+# (SQLITE_READONLY, e.g. a disk remounted so after errors) or failing
+# (SQLITE_IOERR_WRITE, _FSYNC, ...).
+_DISK_REFUSED = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR")
+
+
+def _disk_refusals_named(method: Callable) -> Callable:
+    """Runs a `KeyGroupStore` method, turning a write its disk refused into
+    `CheckpointUnusable` naming the file.
+
+    The refusal comes from a statement or from the commit (SQLite spills a
+    large batch's pages to the write-ahead log before it, even to make room
+    for a page a read needs, and writes the rest at it), inside a Spark
+    task: as `sqlite3.OperationalError`
+    "database or disk is full" it reached the command as a traceback naming
+    no file. SQLite has then rolled the whole transaction back, so a later
+    statement would commit on its own, outside the batch, where replaying
+    the batch cannot undo it: every later call on the store fails the same
+    way."""
+
+    @functools.wraps(method)
+    def run(self: KeyGroupStore, *args: Any, **kwargs: Any) -> Any:
+        if self._refused is not None:
+            raise CheckpointUnusable(self._refused)
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as error:
+            if not getattr(error, "sqlite_errorname", "").startswith(_DISK_REFUSED):
+                raise
+            refusal = unwritable(self._path, error)
+            self._refused = str(refusal)
+            raise refusal from None
+
+    return run
+
+
 def key_group_file(stage_dir: Path, group: int) -> Path:
     """Where key group ``group`` of a stage keeps its state."""
     return stage_dir / f"kg-{group}.sqlite"
@@ -132,11 +170,16 @@ class KeyGroupStore:
 
     ``open`` starts the batch (undoing an uncommitted earlier attempt of it);
     ``commit`` ends it. Between them every change is part of one SQLite
-    transaction, so a task that fails leaves the file as it found it.
+    transaction, so a task that fails leaves the file as it found it. A
+    write the disk refuses raises `CheckpointUnusable` naming the file
+    (`_disk_refusals_named`).
     """
 
     def __init__(self, path: Path, batch: int) -> None:
+        self._path = path
         self._batch = batch
+        # The message of the write the disk refused, once one was.
+        self._refused: str | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             # A slow earlier attempt of the same task may still hold the
@@ -191,6 +234,7 @@ class KeyGroupStore:
 
     # -- state -------------------------------------------------------------
 
+    @_disk_refusals_named
     def read(self, key: bytes, start: int | None = None, end: int | None = None):
         """The chunks of one state cell in append (or sort-key) order."""
         if start is None:
@@ -204,12 +248,14 @@ class KeyGroupStore:
             rows = self._db.execute(query, (key, start, end))
         return [data for (data,) in rows]
 
+    @_disk_refusals_named
     def append(self, key: bytes, data: bytes, sort: int | None = None) -> None:
         """Appends a chunk to a state cell."""
         self._db.execute(
             "INSERT INTO state(key, sort, data) VALUES (?, ?, ?)", (key, sort, data)
         )
 
+    @_disk_refusals_named
     def clear(self, key: bytes, start: int | None = None, end: int | None = None):
         """Clears a state cell (or an ordered list's sort-key range)."""
         if start is None:
@@ -222,6 +268,7 @@ class KeyGroupStore:
 
     # -- timers and holds --------------------------------------------------
 
+    @_disk_refusals_named
     def set_timer(
         self,
         ident: bytes,
@@ -240,11 +287,13 @@ class KeyGroupStore:
             (ident, owner, domain, fire, hold, self._seq, payload),
         )
 
+    @_disk_refusals_named
     def delete_timer(self, ident: bytes) -> None:
         """Clears a timer, if it is set."""
         self._db.execute("DELETE FROM timers WHERE ident = ?", (ident,))
         self._first_due = None
 
+    @_disk_refusals_named
     def earliest_due(self, event_horizon: int, processing_horizon: int):
         """The first due timer: event time at or before ``event_horizon``
         first, then processing time at or before ``processing_horizon``."""
@@ -266,6 +315,7 @@ class KeyGroupStore:
         self._first_due = (horizons, found)
         return found
 
+    @_disk_refusals_named
     def due_event_timers(self, event_horizon: int) -> list[StoredTimer]:
         """Every event-time timer at or before ``event_horizon``, in fire
         order (ties in setting order)."""
@@ -276,6 +326,7 @@ class KeyGroupStore:
         )
         return [StoredTimer(*row) for row in rows.fetchall()]
 
+    @_disk_refusals_named
     def due_owners(self, event_horizon: int, processing_horizon: int) -> Iterator:
         """Owners (keys) with a due timer, each once."""
         rows = self._db.execute(
@@ -285,12 +336,14 @@ class KeyGroupStore:
         )
         return (owner for (owner,) in rows.fetchall())
 
+    @_disk_refusals_named
     def set_hold(self, owner: bytes, hold: int | None) -> None:
         """Holds the stage's output watermark at ``hold`` for ``owner``."""
         self._db.execute("DELETE FROM holds WHERE owner = ?", (owner,))
         if hold is not None:
             self._db.execute("INSERT INTO holds VALUES (?, ?)", (owner, hold))
 
+    @_disk_refusals_named
     def hold(self, owner: bytes) -> int | None:
         """The hold ``owner`` has set, if any."""
         row = self._db.execute(
@@ -298,6 +351,7 @@ class KeyGroupStore:
         ).fetchone()
         return None if row is None else row[0]
 
+    @_disk_refusals_named
     def summary(self, stage: str, group: int) -> GroupSummary:
         """The group's next timers and earliest hold, for the driver."""
         (next_event,) = self._db.execute(
@@ -315,6 +369,7 @@ class KeyGroupStore:
 
     # -- end of the batch ----------------------------------------------------
 
+    @_disk_refusals_named
     def commit(self) -> None:
         """Makes the batch's changes durable (and undoable until the driver
         commits the batch)."""
@@ -324,6 +379,11 @@ class KeyGroupStore:
 
     def abandon(self) -> None:
         """Drops the batch's changes (the task failed)."""
-        if self._db.in_transaction:
-            self._db.execute("ROLLBACK")
-        self._db.close()
+        try:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+        finally:
+            # Closed whatever the rollback did (closing drops a transaction
+            # too): left open in the reused Python worker, the connection
+            # would keep the file locked.
+            self._db.close()

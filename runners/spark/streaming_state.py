@@ -81,14 +81,19 @@ class KeyGroups:
         for group, store in self.opened():
             summaries.append(store.summary(self._stage, group))
             store.commit()
-        self._open.clear()
+            # Committed and closed, it is no longer the task's to abandon
+            # if a later group's commit fails (a full disk): the batch's
+            # replay undoes it.
+            del self._open[group]
         return summaries
 
     def abandon(self) -> None:
-        """Rolls every opened group back."""
-        for _, store in self.opened():
-            store.abandon()
-        self._open.clear()
+        """Rolls every group still open back."""
+        opened, self._open = self.opened(), {}
+        with contextlib.ExitStack() as stack:
+            # Each one, even if another's rollback fails.
+            for _, store in opened:
+                stack.callback(store.abandon)
 
 
 class DurableStateServicer:

@@ -27,9 +27,11 @@ from runners.spark.durable_store import (
     StateAheadOfCheckpoint,
 )
 from runners.spark.micro_batch_task import EarlyWatermark, TaskSpec
+from runners.spark.streaming_state import KeyGroups
 from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
 from runners.spark.watermark import MAX_MICROS, MIN_MICROS
 from runners.spark.watermark_manager import WatermarkManager
+from testing import small_disk
 
 
 def _write_batch(path, batch, key=b"k", value=b"v"):
@@ -93,6 +95,69 @@ def test_a_damaged_key_group_file_is_refused_naming_it(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(CheckpointUnusable, match=f"{path} cannot be opened"):
         KeyGroupStore(path, 1)
+
+
+@pytest.fixture
+def disk(tmp_path):
+    """A 1 MiB tmpfs: a real file system that really runs out of space
+    (`testing.small_disk`)."""
+    try:
+        path = small_disk.mount(tmp_path / "disk", kib=1024)
+    except small_disk.SmallDiskUnavailable as unavailable:
+        pytest.skip(str(unavailable))
+    yield path
+    small_disk.unmount(path)
+
+
+def test_a_full_disk_fails_a_key_group_write_naming_the_file(disk):
+    # Before, "sqlite3.OperationalError: database or disk is full" from a
+    # Spark task reached the command as a traceback naming no file.
+    path = disk / "kg-0.sqlite"
+    _write_batch(path, 0, value=b"zero")
+    store = KeyGroupStore(path, 1)
+    store.append(b"k", b"one")
+    filler = small_disk.fill(disk)
+    refused = f"{path} cannot be written \\(database or disk is full\\)"
+    with pytest.raises(CheckpointUnusable, match=refused):
+        # Beyond SQLite's page cache: spilled to the log by the statement.
+        store.append(b"k", b"x" * 600_000)
+    filler.unlink()
+    # SQLite rolled the batch back: a write now would commit alone, outside
+    # it, and no replay could undo it. The store refuses it instead.
+    with pytest.raises(CheckpointUnusable, match=refused):
+        store.append(b"k", b"after")
+    store.abandon()
+    # Space freed, the batch runs again from batch 0's state.
+    assert _contents(path, 1)[0] == [b"zero"]
+    _write_batch(path, 1, value=b"one")
+    assert _contents(path, 2)[0] == [b"zero", b"one"]
+
+
+def test_a_batch_whose_commit_filled_the_disk_is_replayed_whole(disk):
+    # A task commits its groups one by one: group 0 commits, then the disk
+    # is full for group 1's (the log gets its pages at the commit). The
+    # task fails in one error naming group 1's file; the replay undoes
+    # group 0's commit, so no group holds the failed batch twice.
+    groups = KeyGroups(str(disk), "s", 2, 0)
+    for group in (0, 1):
+        groups.group(group).append(b"k", b"zero")
+    groups.commit()
+    groups = KeyGroups(str(disk), "s", 2, 1)
+    groups.group(0).append(b"k", b"one")
+    groups.group(1).append(b"k", b"y" * 150_000)  # within the page cache
+    # Room for group 0's few pages, not for group 1's.
+    filler = small_disk.fill(disk, leave=64 * 1024)
+    with pytest.raises(CheckpointUnusable, match=f"{disk / 'kg-1.sqlite'} cannot be"):
+        groups.commit()
+    groups.abandon()  # group 0 is closed already; before, this raised
+    filler.unlink()
+    replay = KeyGroups(str(disk), "s", 2, 1)
+    assert [replay.group(g).read(b"k") for g in (0, 1)] == [[b"zero"], [b"zero"]]
+    replay.group(0).append(b"k", b"one")
+    replay.commit()
+    after = KeyGroups(str(disk), "s", 2, 2)
+    assert after.group(0).read(b"k") == [b"zero", b"one"]
+    after.abandon()
 
 
 def test_due_timers_come_event_time_first_then_in_fire_order(tmp_path):
