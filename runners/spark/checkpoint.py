@@ -109,16 +109,18 @@ def _read_record(path: Path) -> dict:
         raise _unreadable(path, error) from None
 
 
-# The layout of what a checkpoint names. 5: the job records the state
-# parameters its transforms declare (`transforms.millwheel.state_params`),
-# and a followed directory's restriction holds file versions, not paths;
+# The layout of what a checkpoint names. 6: followed directories and
+# streaming sinks declare the paths their state is kept under; 5: the job
+# records the state parameters its transforms declare
+# (`transforms.millwheel.state_params`), and a followed directory's
+# restriction holds file versions, not paths;
 # 4: its keyed stages' windowing; 3: fused stages are named by their sorted
 # steps (2 by their transform id, whose order of steps varied between
 # processes; 1 with Beam's process-wide counter). A directory of another
 # layout is refused: its remainders and state would be looked up under
 # names this version does not give, or its windows or parameters not
 # checked.
-LAYOUT = 5
+LAYOUT = 6
 
 
 def _differences(recorded: dict, job: dict) -> list[str]:

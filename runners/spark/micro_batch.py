@@ -30,7 +30,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from apache_beam.portability import python_urns
+from apache_beam.portability import common_urns, python_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import common
 from apache_beam.runners.portability.fn_api_runner.translations import only_element
@@ -173,7 +173,7 @@ class MicroBatchTranslator(RddTranslator):
             for step in _steps(primitive):
                 params = declared_state_params(step.annotations)
                 if params is not None:
-                    declared[step.unique_name] = params
+                    declared[_declaring_transform(step)] = params
         return declared
 
     def _is_keyed(self, proto: beam_runner_api_pb2.PTransform) -> bool:
@@ -408,6 +408,28 @@ def _main_inputs(proto: beam_runner_api_pb2.PTransform) -> set[str]:
         return set(proto.inputs.values())
     payload = beam_runner_api_pb2.ExecutableStagePayload.FromString(proto.spec.payload)
     return {payload.input}
+
+
+# The steps a splittable DoFn is expanded into; the drain plan's has one more.
+_SDF_COMPONENTS = frozenset(
+    urn.urn
+    for urn in (
+        common_urns.sdf_components.PAIR_WITH_RESTRICTION,
+        common_urns.sdf_components.SPLIT_AND_SIZE_RESTRICTIONS,
+        common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS,
+        common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION,
+    )
+)
+
+
+def _declaring_transform(step: beam_runner_api_pb2.PTransform) -> str:
+    """The name a step's state parameters are recorded under: a splittable
+    DoFn's, for each step of its expansion, so that a job and its drain plan
+    (which truncates the restrictions in a step of its own) record the
+    same."""
+    if step.spec.urn in _SDF_COMPONENTS:
+        return step.unique_name.rsplit("/", 1)[0]
+    return step.unique_name
 
 
 def _steps(

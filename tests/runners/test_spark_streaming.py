@@ -35,6 +35,9 @@ from apache_beam.utils.timestamp import Duration
 from runners.spark import SparkRunner
 from runners.spark.checkpoint import CheckpointMismatch, CheckpointUnusable
 from transforms.millwheel.state_params import apply_with_state_params
+from transforms.records.follow import FollowSearchQueries, FollowSettings
+from transforms.records.json_parts import WriteJsonLineParts
+from transforms.records.readers import RECORDS
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark_session")]
 
@@ -238,6 +241,32 @@ def test_a_checkpoint_under_other_declared_state_params_is_refused(tmp_path):
         "state_params of SumPerKey: recorded {'size': 60}, this run {'size': 120}"
     ) in str(refused.value)
     assert "Run with the recorded values to resume" in str(refused.value)
+
+
+def _followed_into(tmp_path, inbox: str, output: str) -> beam.Pipeline:
+    p = _pipeline(tmp_path)
+    searches = p | FollowSearchQueries(
+        str(tmp_path / inbox / "*.jsonl"), settings=FollowSettings(poll_seconds=0.2)
+    )
+    _ = searches[RECORDS] | WriteJsonLineParts(str(tmp_path / output / "searches"))
+    return p
+
+
+def test_a_checkpoint_of_other_input_or_output_paths_is_refused(tmp_path):
+    # The files read are kept by path, the parts written are numbered per
+    # path prefix. Before, a checkpoint restarted with another input read
+    # every file again (173,711 late searches in a copy of a live Zeitgeist
+    # checkpoint), and with another output numbered its parts from 0 again.
+    (tmp_path / "inbox").mkdir()
+    assert _followed_into(tmp_path, "inbox", "out").run().drain() == PipelineState.DONE
+    for inbox, output, changed in (
+        ("moved", "out", f"'file_pattern': '{tmp_path}/moved/*.jsonl'"),
+        ("inbox", "new", f"'path_prefixes': ['{tmp_path}/new/searches']"),
+    ):
+        with pytest.raises(CheckpointMismatch) as refused:
+            _followed_into(tmp_path, inbox, output).run()
+        assert f"this run {{{changed}}}" in str(refused.value)
+        assert "Run with the recorded values to resume" in str(refused.value)
 
 
 def test_a_key_group_file_deleted_while_the_job_was_down_is_refused(tmp_path):

@@ -317,7 +317,7 @@ def test_checkpoint_of_an_earlier_layout_is_refused(tmp_path):
     (tmp_path / "job.json").write_text(
         '{"keyed_stages": [], "key_groups": 16, "layout": 2}'
     )
-    with pytest.raises(CheckpointMismatch, match="layout: recorded 2, this run 5"):
+    with pytest.raises(CheckpointMismatch, match="layout: recorded 2, this run 6"):
         CheckpointDir(tmp_path).bind({"keyed_stages": [], "key_groups": 16})
 
 

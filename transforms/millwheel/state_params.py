@@ -5,7 +5,9 @@ Persistent state means something only under the parameters that shaped it:
 Zeitgeist's window size (a timer's tag is a window start, the window ends
 one size later; the model's seasonal slots are windows), Photon's shard
 count (which key holds a query id's clicks) and pipeline id (whose token
-registered a click). A streaming job restarted from its checkpoint with
+registered a click), a followed directory's pattern (its files read are
+kept by path) and a streaming sink's path prefixes (its part numbers are
+kept per prefix). A streaming job restarted from its checkpoint with
 another `--window_seconds` or `join.shards` read the old state under the new
 values: counts split and lost, clicks output twice. The runner cannot see
 those values, which live inside pickled DoFns.
@@ -20,6 +22,7 @@ with a streaming checkpoint and refuses a restart whose values differ
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +43,13 @@ def apply_with_state_params(
     encoded = json.dumps(dict(params), sort_keys=True)
     with pcoll.pipeline.transform_annotations(**{STATE_PARAMS_ANNOTATION: encoded}):
         return pcoll | label >> transform
+
+
+def path_param(path: str) -> str:
+    """A file path or pattern as a state parameter: a local one made
+    absolute, so that the same files named from another working directory
+    are the same value, and other files are not."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def declared_state_params(annotations: Mapping[str, bytes]) -> dict[str, Any] | None:

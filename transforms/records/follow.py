@@ -40,8 +40,9 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   behind a newer one and still be on time). Once no newer event time has
   been read for `idle_timeout_seconds`, and no file waits to settle,
   nothing is assumed in flight and the watermark moves up to the newest
-  event time read, so the last windows of a quiet stream close. Replaying old files live thus gives the
-  windows a batch run gives, whatever the clock says.
+  event time read, so the last windows of a quiet stream close. Replaying
+  old files live thus gives the windows a batch run gives, whatever the
+  clock says.
 - **Drain** (the runner's `drain()`) reads the files present at that moment
   and ends; the watermark then goes to the end of time, as in a batch run.
 
@@ -71,6 +72,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 from google.protobuf.message import Message
 
 from transforms.millwheel.event_time import to_millis, to_timestamp
+from transforms.millwheel.state_params import apply_with_state_params, path_param
 from transforms.records.dead_letters import Parser, counter
 from transforms.records.readers import (
     DEFAULT_MAX_LINE_BYTES,
@@ -425,6 +427,7 @@ class FollowRecords(beam.PTransform):
     ) -> None:
         super().__init__()
         fmt = record_format(file_pattern, format)
+        self._pattern = file_pattern
         self._record_type = record_type
         self._follow = _FollowFilesFn(
             file_pattern,
@@ -436,10 +439,13 @@ class FollowRecords(beam.PTransform):
         )
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        return (
-            pbegin
-            | "Impulse" >> beam.Impulse()
-            | "Follow" >> split_outputs(self._follow, self._record_type)
+        # The files read are kept, with a checkpoint, by path: followed under
+        # another pattern every file would be new, and read a second time.
+        return apply_with_state_params(
+            pbegin | "Impulse" >> beam.Impulse(),
+            "Follow",
+            split_outputs(self._follow, self._record_type),
+            {"file_pattern": path_param(self._pattern)},
         )
 
 

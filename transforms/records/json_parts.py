@@ -33,6 +33,7 @@ from apache_beam.transforms.userstate import (
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.timestamp import Duration, Timestamp
 
+from transforms.millwheel.state_params import apply_with_state_params, path_param
 from transforms.records.json_files import outputs_by_prefix
 from transforms.records.readers import json_line
 
@@ -170,12 +171,19 @@ class WriteJsonLineParts(beam.PTransform):
             )
             for i, (prefix, pcoll) in enumerate(outputs.items())
         ]
-        return (
+        in_global_window = (
             lines
             | "Merge" >> beam.Flatten()
             # State lives for the job, not for the windows the messages had.
             | "GlobalWindow" >> beam.WindowInto(GlobalWindows())
-            | "WriteParts" >> beam.ParDo(_PartWriter(self._flush_seconds))
+        )
+        # Part numbers are kept per prefix: under other prefixes a restart
+        # would number from 0 again, and leave the old ones' buffers behind.
+        return apply_with_state_params(
+            in_global_window,
+            "WriteParts",
+            beam.ParDo(_PartWriter(self._flush_seconds)),
+            {"path_prefixes": sorted(path_param(prefix) for prefix in outputs)},
         )
 
 
