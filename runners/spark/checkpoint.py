@@ -58,10 +58,10 @@ class CheckpointUnusable(RuntimeError):
     """A file of the checkpoint directory cannot be read or written."""
 
 
-def _unreadable(path: Path, error: Exception) -> CheckpointUnusable:
+def unreadable(path: Path, error: Exception) -> CheckpointUnusable:
     """The error for a checkpoint file that is damaged (truncated, garbled):
-    the job cannot tell where it stopped, and guessing would replay or skip
-    batches."""
+    the job cannot tell where it stopped or what state it held, and
+    guessing would replay, skip or lose."""
     return CheckpointUnusable(
         f"checkpoint file {path} cannot be read ({error}): restore it, or use "
         "a new --checkpoint_dir to start afresh"
@@ -106,7 +106,7 @@ def _read_record(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise _unreadable(path, error) from None
+        raise unreadable(path, error) from None
 
 
 # The layout of what a checkpoint names. 6: followed directories and
@@ -263,7 +263,7 @@ class CheckpointDir:
             try:
                 produced = pickle.loads(path.read_bytes())
             except (OSError, pickle.UnpicklingError, EOFError) as error:
-                raise _unreadable(path, error) from None
+                raise unreadable(path, error) from None
             for pc, chunks in produced.items():
                 contents.setdefault(pc, []).extend(chunks)
         return contents

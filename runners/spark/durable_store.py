@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runners.spark.checkpoint import CheckpointUnusable, unwritable
+from runners.spark.checkpoint import CheckpointUnusable, unreadable, unwritable
 
 EVENT_DOMAIN = 0
 # Seconds a task waits for a key group another attempt holds.
@@ -128,11 +128,13 @@ class StoredTimer:
 # (SQLITE_READONLY, e.g. a disk remounted so after errors) or failing
 # (SQLITE_IOERR_WRITE, _FSYNC, ...).
 _DISK_REFUSED = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR")
+# ... for a file damaged in pages that opening it did not read.
+_DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 
 
 def _disk_refusals_named(method: Callable) -> Callable:
-    """Runs a `KeyGroupStore` method, turning a write its disk refused into
-    `CheckpointUnusable` naming the file.
+    """Runs a `KeyGroupStore` method, turning a write its disk refused, or a
+    damaged page, into `CheckpointUnusable` naming the file.
 
     The refusal comes from a statement or from the commit (SQLite spills a
     large batch's pages to the write-ahead log before it, even to make room
@@ -151,9 +153,13 @@ def _disk_refusals_named(method: Callable) -> Callable:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as error:
-            if not getattr(error, "sqlite_errorname", "").startswith(_DISK_REFUSED):
+            name = getattr(error, "sqlite_errorname", "")
+            if name.startswith(_DISK_REFUSED):
+                refusal = unwritable(self._path, error)
+            elif name.startswith(_DAMAGED):
+                refusal = unreadable(self._path, error)
+            else:
                 raise
-            refusal = unwritable(self._path, error)
             self._refused = str(refusal)
             raise refusal from None
 

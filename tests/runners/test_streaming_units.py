@@ -97,6 +97,29 @@ def test_a_damaged_key_group_file_is_refused_naming_it(tmp_path):
         KeyGroupStore(path, 1)
 
 
+def test_a_key_group_file_damaged_past_its_first_pages_is_named_when_read(tmp_path):
+    # Opening reads the header and the schema only: damage further in showed
+    # up later, in a Spark task, as "database disk image is malformed", a
+    # traceback that named no file.
+    path = tmp_path / "kg-0.sqlite"
+    store = KeyGroupStore(path, 0)
+    keys = [b"k%d" % i for i in range(2000)]
+    for key in keys:
+        store.append(key, b"v" * 200)
+    store.commit()
+    with open(path, "r+b") as file:
+        file.seek(path.stat().st_size // 2)
+        file.write(bytes(range(256)) * 32)  # two pages of a B-tree, garbled
+    store = KeyGroupStore(path, 1)
+    damaged = f"{path} cannot be read \\(database disk image is malformed\\)"
+    with pytest.raises(CheckpointUnusable, match=damaged):
+        for key in keys:
+            store.read(key)
+    with pytest.raises(CheckpointUnusable, match=damaged):
+        store.append(b"k", b"after")  # no write on a file found damaged
+    store.abandon()
+
+
 @pytest.fixture
 def disk(tmp_path):
     """A 1 MiB tmpfs: a real file system that really runs out of space
