@@ -1,4 +1,4 @@
-"""DedupByRecordId on the DirectRunner: exact dedup, counting, GC, Bloom misses."""
+"""DedupByRecordId: exact dedup, counting, and ids forgotten after the horizon."""
 
 import apache_beam as beam
 import pytest
@@ -102,17 +102,16 @@ def test_unique_records_keep_their_timestamps():
 
 
 def test_streaming_ids_are_forgotten_after_the_horizon():
-    # horizon 40 s, buckets of 10 s: "a" at 12 s sits in bucket [10 s, 20 s),
-    # so it is remembered until the watermark passes 20 + 40 = 60 s.
+    # horizon 40 s: "a" at 12 s is remembered until the watermark passes 52 s.
     stream = (
         BeamStream()
         .add_elements([_event("q", "a", 12)])
         .advance_watermark_to(30)
         .add_elements([_event("q", "a", 31)])  # duplicate: dropped
-        .advance_watermark_to(59)
-        .add_elements([_event("q", "a", 59)])  # still within the horizon: dropped
-        .advance_watermark_to(61)
-        .add_elements([_event("q", "a", 62)])  # forgotten: new again
+        .advance_watermark_to(51)
+        .add_elements([_event("q", "a", 51)])  # still within the horizon: dropped
+        .advance_watermark_to(53)
+        .add_elements([_event("q", "a", 54)])  # forgotten: new again
         .advance_watermark_to(200)
         .advance_watermark_to_infinity()
     )
@@ -120,23 +119,18 @@ def test_streaming_ids_are_forgotten_after_the_horizon():
     out = (
         pipeline
         | stream
-        | DedupByRecordId(
-            _record_id,
-            horizon_ms=40 * SECOND,
-            bucket_ms=10 * SECOND,
-            emit_duplicates=True,
-        )
+        | DedupByRecordId(_record_id, horizon_ms=40 * SECOND, emit_duplicates=True)
     )
-    assert_that(_times(out.unique, "U"), equal_to([12, 62]), label="Unique")
+    assert_that(_times(out.unique, "U"), equal_to([12, 54]), label="Unique")
     # Counted too, but the streaming DirectRunner reports only the first
     # bundle's metrics, so the duplicates output is what is checked here.
-    assert_that(_times(out.duplicates, "D"), equal_to([31, 59]), label="Dups")
+    assert_that(_times(out.duplicates, "D"), equal_to([31, 51]), label="Dups")
     _run(pipeline)
 
 
-def test_streaming_gc_drops_only_expired_buckets():
-    # "old" (bucket [0 s, 10 s)) expires at 50 s; "new" (bucket [30 s, 40 s))
-    # at 80 s. After the watermark passes 50 s only "old" is forgotten.
+def test_streaming_gc_forgets_only_expired_ids():
+    # "old" (at 5 s) expires at 45 s, "new" (at 35 s) at 75 s. After the
+    # watermark passes 45 s only "old" is forgotten.
     stream = (
         BeamStream()
         .add_elements([_event("q", "old", 5), _event("q", "new", 35)])
@@ -149,12 +143,7 @@ def test_streaming_gc_drops_only_expired_buckets():
     out = (
         pipeline
         | stream
-        | DedupByRecordId(
-            _record_id,
-            horizon_ms=40 * SECOND,
-            bucket_ms=10 * SECOND,
-            emit_duplicates=True,
-        )
+        | DedupByRecordId(_record_id, horizon_ms=40 * SECOND, emit_duplicates=True)
     )
     assert_that(
         _ids(out.unique, "UniqueIds"),
@@ -167,23 +156,21 @@ def test_streaming_gc_drops_only_expired_buckets():
     _run(pipeline)
 
 
-def test_a_tiny_bloom_filter_still_gives_exact_answers():
-    # 2 bits for 40 ids: nearly every new id hits set bits, so the exact set
-    # decides; none of those false hits may be reported as a duplicate.
-    ids = [f"id-{i}" for i in range(40)]
-    events = [_event("q", i, n) for n, i in enumerate(ids)]
-    events += [_event("q", "id-3", 50), _event("q", "id-39", 51)]
+def test_a_busy_key_keeps_every_id_apart():
+    # 300 ids on one key, as a popular query's searches within a horizon;
+    # each id once, but for two sent again and one sent under another key.
+    ids = [f"id-{i}" for i in range(300)]
+    events = [_event("q", i, n % 60) for n, i in enumerate(ids)]
+    events += [_event("q", "id-3", 50), _event("q", "id-299", 51)]
+    events += [_event("other", "id-7", 52)]
     pipeline = BeamPipeline()
     unique = _create(pipeline, events) | DedupByRecordId(
-        _record_id,
-        horizon_ms=3600 * SECOND,
-        bloom_capacity=1,
-        bloom_false_positive_rate=0.5,
+        _record_id, horizon_ms=3600 * SECOND
     )
-    assert_that(_ids(unique, "Ids"), equal_to([("q", i) for i in ids]))
+    expected = [("q", i) for i in ids] + [("other", "id-7")]
+    assert_that(_ids(unique, "Ids"), equal_to(expected))
     result = _run(pipeline)
     assert _counter(result, "duplicates") == 2
-    assert _counter(result, "bloom_false_positives") > 30
 
 
 def test_integer_and_bytes_ids_are_accepted():
@@ -201,8 +188,7 @@ def test_integer_and_bytes_ids_are_accepted():
     ("kwargs", "message"),
     [
         ({"horizon_ms": 0}, "horizon_ms"),
-        ({"horizon_ms": 10, "bucket_ms": -1}, "bucket_ms"),
-        ({"horizon_ms": 10, "bloom_capacity": 0}, "capacity"),
+        ({"horizon_ms": -5}, "horizon_ms"),
     ],
 )
 def test_bad_parameters_fail_at_construction(kwargs, message):
