@@ -3,12 +3,14 @@ the kill-and-restart tests (run as its own process, so it can be killed).
 
 Per key and 10 s window it sums the values in state and emits the window's
 total from an event-time timer; totals go through a reshuffle to Beam's
-``fileio.WriteToFiles``, one file per window. ``--pause_at`` makes one place
+``fileio.WriteToFiles``, one file per window. ``--pause_at`` makes a place
 of the user code announce itself (a marker file) and sleep, so that the
 test's SIGKILL lands there: ``process`` (an element being processed),
 ``timer`` (a timer callback), ``sink`` (a stage after the keyed stage's
 tasks have committed their state, before the batch is committed), or
-``task`` (the Python worker kills itself once, for Spark to retry the task).
+``task`` (the Python worker kills itself once, for Spark to retry the task,
+and the job goes on). Places are comma-separated: ``task,sink`` retries a
+task of step 3, then pauses in the sink after step 3's batch is committed.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class WindowTotals(beam.DoFn):
     VALUES = BagStateSpec("values", VarIntCoder())
     WINDOW_END = TimerSpec("window_end", TimeDomain.WATERMARK)
 
-    def __init__(self, pause_at: str, markers: str) -> None:
+    def __init__(self, pause_at: frozenset[str], markers: str) -> None:
         self._pause_at = pause_at
         self._markers = markers
 
@@ -74,9 +76,9 @@ class WindowTotals(beam.DoFn):
         window_end=beam.DoFn.TimerParam(WINDOW_END),
     ):
         key, value = element
-        if self._pause_at == "process" and value == 401:
+        if "process" in self._pause_at and value == 401:
             pause(self._markers, "process")
-        if self._pause_at == "task" and value == 301:
+        if "task" in self._pause_at and value == 301:
             marker = Path(self._markers, "task")
             if not marker.exists():
                 marker.touch()
@@ -95,7 +97,7 @@ class WindowTotals(beam.DoFn):
         values=beam.DoFn.StateParam(VALUES),
     ):
         start = int(tag)
-        if self._pause_at == "timer" and key == "k2" and start == 50:
+        if "timer" in self._pause_at and key == "k2" and start == 50:
             pause(self._markers, "timer")
         mine = [v for v in values.read() if v // 100 == start // WINDOW]
         rest = [v for v in values.read() if v // 100 != start // WINDOW]
@@ -113,6 +115,7 @@ def main() -> None:
     parser.add_argument("--pause_at", default="")
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
+    pause_at = frozenset(filter(None, args.pause_at.split(",")))
     # The runner's per-batch lines, which the test reads.
     logging.basicConfig(level=logging.INFO)
     options = PipelineOptions(
@@ -125,7 +128,7 @@ def main() -> None:
     )
 
     def sink_hook(line: str) -> str:
-        if args.pause_at == "sink" and line.startswith("k1,30,"):
+        if "sink" in pause_at and line.startswith("k1,30,"):
             pause(args.markers, "sink")
         return line
 
@@ -133,7 +136,7 @@ def main() -> None:
         (
             p
             | script()
-            | beam.ParDo(WindowTotals(args.pause_at, args.markers))
+            | beam.ParDo(WindowTotals(pause_at, args.markers))
             | beam.Reshuffle()
             | beam.Map(sink_hook)
             | beam.WindowInto(beam.window.FixedWindows(WINDOW))
