@@ -11,9 +11,14 @@ from apache_beam.runners.runner import PipelineState
 
 from pipelines.summary import counter_totals
 from runners.spark import SparkRunner
+from testing import small_disk
 from testing.inbox import drop_file
 from transforms.records.follow import FollowSearchQueries, FollowSettings
-from transforms.records.json_parts import WriteJsonLineParts, part_path
+from transforms.records.json_parts import (
+    OutputUnwritable,
+    WriteJsonLineParts,
+    part_path,
+)
 from transforms.records.readers import RECORDS
 from transforms.records.zeitgeist_pb2 import SearchQuery
 
@@ -47,6 +52,32 @@ def test_a_bounded_input_is_written_whole_when_it_ends(tmp_path):
         "out-001-000000.jsonl",
     }
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_a_part_the_disk_refuses_fails_in_one_error_naming_it(tmp_path):
+    # Before, "No space left on device" from a Spark task named no file and
+    # reached the live command as a traceback. A real full file system.
+    try:
+        disk = small_disk.mount(tmp_path / "disk", kib=256)
+    except small_disk.SmallDiskUnavailable as unavailable:
+        pytest.skip(str(unavailable))
+    try:
+        small_disk.fill(disk)
+        refused = (
+            f"output file {disk}/out-000-000000.jsonl cannot be written "
+            r"\(.*No space left on device\): the job resumes"
+        )
+        with (
+            pytest.raises(OutputUnwritable, match=refused),
+            beam.Pipeline() as pipeline,
+        ):
+            _ = (
+                pipeline
+                | beam.Create(_queries(["a", "b"]))
+                | WriteJsonLineParts(str(disk / "out"))
+            )
+    finally:
+        small_disk.unmount(disk)
 
 
 @pytest.mark.parametrize("kwargs", [{"shards": 0}, {"flush_seconds": -1}])
