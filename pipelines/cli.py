@@ -199,7 +199,7 @@ def main(run: Callable[[], int], prog: str) -> NoReturn:
     job that fails with one of the errors it raises on purpose (Bigtable
     unavailable past its deadline, a table gone, a registry or a checkpoint
     that does not fit the config, a checkpoint another job holds, or one
-    whose files cannot be read or written, a live output that cannot be
+    whose files cannot be read or written, an output that cannot be
     written, Spark's driver JVM gone, a
     Photon pipeline id another pipeline runs) is one line too, the error's
     own, and status 1; which runner wrapped it does not matter. Anything

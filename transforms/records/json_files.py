@@ -29,6 +29,7 @@ completes.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import uuid
@@ -47,6 +48,30 @@ _LOGGER = logging.getLogger(__name__)
 # Lines written to a file at once (about 2 MB of JSON at most).
 LINES_PER_BLOCK = 10_000
 SUFFIX = ".jsonl"
+
+
+# What a batch job whose output could not be written leaves to do.
+_RUN_AGAIN = "the job's outputs are incomplete; run it again once this is fixed"
+
+
+class OutputUnwritable(OSError):
+    """An output file cannot be written (a full or read-only disk, no
+    permission)."""
+
+
+@contextlib.contextmanager
+def naming_unwritable(path: str, remedy: str) -> Iterator[None]:
+    """Turns an `OSError` in the block into `OutputUnwritable` naming
+    `path`, with `remedy`: from a Spark task, "No space left on device"
+    came as a traceback that named no file."""
+    try:
+        yield
+    except OutputUnwritable:
+        raise
+    except OSError as error:
+        raise OutputUnwritable(
+            f"output file {path} cannot be written ({error}): {remedy}"
+        ) from None
 
 
 def shard_path(path_prefix: str, shard: int, shards: int) -> str:
@@ -101,7 +126,8 @@ class _BundleWriter(beam.DoFn):
             self._write_block()
         if self._file is None:
             return
-        self._file.close()
+        with naming_unwritable(self._path, _RUN_AGAIN):
+            self._file.close()
         # The naming step reads every bundle's file in the global window,
         # whatever windows the records had.
         yield WindowedValue(
@@ -113,8 +139,10 @@ class _BundleWriter(beam.DoFn):
     def _write_block(self) -> None:
         if self._file is None:
             self._path = FileSystems.join(self._folder, f"{uuid.uuid4().hex}{SUFFIX}")
-            self._file = FileSystems.create(self._path)
-        self._file.write("\n".join(self._lines).encode("utf-8") + b"\n")
+        with naming_unwritable(self._path, _RUN_AGAIN):
+            if self._file is None:
+                self._file = FileSystems.create(self._path)
+            self._file.write("\n".join(self._lines).encode("utf-8") + b"\n")
         self._lines = []
 
 
@@ -140,9 +168,11 @@ def name_files(
     finals = [final for _, final in moves] + empties
     _delete_earlier(prefixes, set(finals))
     for temporary, final in moves:
-        _move(temporary, final)
+        with naming_unwritable(final, _RUN_AGAIN):
+            _move(temporary, final)
     for empty in empties:
-        FileSystems.create(empty).close()
+        with naming_unwritable(empty, _RUN_AGAIN):
+            FileSystems.create(empty).close()
     folders = [temporary_folder(prefix, job) for prefix in prefixes]
     FileSystems.delete([f for f in folders if FileSystems.exists(f)])
     return finals

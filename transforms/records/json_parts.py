@@ -34,10 +34,13 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from transforms.millwheel.state_params import apply_with_state_params, path_param
-from transforms.records.json_files import outputs_by_prefix
+from transforms.records.json_files import naming_unwritable, outputs_by_prefix
 from transforms.records.readers import json_line
 
 _PAST = Timestamp(0)
+
+
+_RESUME = "the job resumes from its last committed batch once this is fixed"
 
 
 def part_path(path_prefix: str, shard: int, part: int) -> str:
@@ -45,28 +48,17 @@ def part_path(path_prefix: str, shard: int, part: int) -> str:
     return f"{path_prefix}-{shard:03d}-{part:06d}.jsonl"
 
 
-class OutputUnwritable(OSError):
-    """A part could not be written (a full or read-only disk, no
-    permission)."""
-
-
 def _write_atomically(path: str, lines: Iterable[str]) -> None:
     directory, name = os.path.split(path)
     temporary = FileSystems.join(directory, f".{name}.{uuid.uuid4().hex}")
-    try:
+    # The part's lines are still in state: the batch that failed to write
+    # them did not commit, and is replayed.
+    with naming_unwritable(path, _RESUME):
         with FileSystems.create(temporary) as out:
             for line in lines:
                 out.write(line.encode("utf-8") + b"\n")
         # A rename replaces a part an earlier attempt of the same batch wrote.
         FileSystems.rename([temporary], [path])
-    except OSError as error:
-        # From deep in a Spark task, "No space left on device" named no file
-        # and came as a traceback. The part's lines are still in state: the
-        # batch that failed to write them is replayed.
-        raise OutputUnwritable(
-            f"output file {path} cannot be written ({error}): the job resumes "
-            "from its last committed batch once this is fixed"
-        ) from None
 
 
 class _PartWriter(beam.DoFn):
