@@ -120,3 +120,18 @@ def _default_runner(request, monkeypatch):
             "pytest_test_pipeline_options",
             f"--runner={SPARK_RUNNER} --streaming",
         )
+
+
+@pytest.fixture
+def small_disk_dir(tmp_path):
+    """A 1 MiB tmpfs: a real file system that really runs out of space
+    (`testing.small_disk`); the test is skipped, with the reason, where
+    this machine does not let it be mounted."""
+    from testing import small_disk
+
+    try:
+        path = small_disk.mount(tmp_path / "disk", kib=1024)
+    except small_disk.SmallDiskUnavailable as unavailable:
+        pytest.skip(str(unavailable))
+    yield path
+    small_disk.unmount(path)

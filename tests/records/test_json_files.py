@@ -138,25 +138,19 @@ def test_shards_are_named_as_write_to_text_names_them():
     assert shard_path("/o/anomalies", 2, 13) == "/o/anomalies-00002-of-00013.jsonl"
 
 
-def test_an_output_the_disk_refuses_fails_in_one_error_naming_it(tmp_path):
+def test_an_output_the_disk_refuses_fails_in_one_error_naming_it(small_disk_dir):
     # Before, "No space left on device" from a Spark task named no file and
     # reached the command as a traceback. A real full file system.
-    try:
-        disk = small_disk.mount(tmp_path / "disk", kib=256)
-    except small_disk.SmallDiskUnavailable as unavailable:
-        pytest.skip(str(unavailable))
-    try:
-        small_disk.fill(disk)
-        refused = (
-            f"output file {disk}/.+ cannot be written "
-            r"\(.*No space left on device\): the job's outputs are incomplete"
-        )
-        with (
-            pytest.raises(OutputUnwritable, match=refused),
-            beam.Pipeline() as pipeline,
-        ):
-            _ = {
-                str(disk / "out"): pipeline | beam.Create(_queries(["a", "b"]))
-            } | WriteJsonLineFiles()
-    finally:
-        small_disk.unmount(disk)
+    disk = small_disk_dir
+    small_disk.fill(disk)
+    refused = (
+        f"output file {disk}/.+ cannot be written "
+        r"\(.*No space left on device\): the job's outputs are incomplete"
+    )
+    with (
+        pytest.raises(OutputUnwritable, match=refused),
+        beam.Pipeline() as pipeline,
+    ):
+        _ = {
+            str(disk / "out"): pipeline | beam.Create(_queries(["a", "b"]))
+        } | WriteJsonLineFiles()

@@ -51,30 +51,24 @@ def test_a_bounded_input_is_written_whole_when_it_ends(tmp_path):
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
 
 
-def test_a_part_the_disk_refuses_fails_in_one_error_naming_it(tmp_path):
+def test_a_part_the_disk_refuses_fails_in_one_error_naming_it(small_disk_dir):
     # Before, "No space left on device" from a Spark task named no file and
     # reached the live command as a traceback. A real full file system.
-    try:
-        disk = small_disk.mount(tmp_path / "disk", kib=256)
-    except small_disk.SmallDiskUnavailable as unavailable:
-        pytest.skip(str(unavailable))
-    try:
-        small_disk.fill(disk)
-        refused = (
-            f"output file {disk}/out-000-000000.jsonl cannot be written "
-            r"\(.*No space left on device\): the job resumes"
+    disk = small_disk_dir
+    small_disk.fill(disk)
+    refused = (
+        f"output file {disk}/out-000-000000.jsonl cannot be written "
+        r"\(.*No space left on device\): the job resumes"
+    )
+    with (
+        pytest.raises(OutputUnwritable, match=refused),
+        beam.Pipeline() as pipeline,
+    ):
+        _ = (
+            pipeline
+            | beam.Create(_queries(["a", "b"]))
+            | WriteJsonLineParts(str(disk / "out"))
         )
-        with (
-            pytest.raises(OutputUnwritable, match=refused),
-            beam.Pipeline() as pipeline,
-        ):
-            _ = (
-                pipeline
-                | beam.Create(_queries(["a", "b"]))
-                | WriteJsonLineParts(str(disk / "out"))
-            )
-    finally:
-        small_disk.unmount(disk)
 
 
 @pytest.mark.parametrize("kwargs", [{"shards": 0}, {"flush_seconds": -1}])

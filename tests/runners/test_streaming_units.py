@@ -120,19 +120,8 @@ def test_a_key_group_file_damaged_past_its_first_pages_is_named_when_read(tmp_pa
     store.abandon()
 
 
-@pytest.fixture
-def disk(tmp_path):
-    """A 1 MiB tmpfs: a real file system that really runs out of space
-    (`testing.small_disk`)."""
-    try:
-        path = small_disk.mount(tmp_path / "disk", kib=1024)
-    except small_disk.SmallDiskUnavailable as unavailable:
-        pytest.skip(str(unavailable))
-    yield path
-    small_disk.unmount(path)
-
-
-def test_a_full_disk_fails_a_key_group_write_naming_the_file(disk):
+def test_a_full_disk_fails_a_key_group_write_naming_the_file(small_disk_dir):
+    disk = small_disk_dir
     # Before, "sqlite3.OperationalError: database or disk is full" from a
     # Spark task reached the command as a traceback naming no file.
     path = disk / "kg-0.sqlite"
@@ -156,7 +145,8 @@ def test_a_full_disk_fails_a_key_group_write_naming_the_file(disk):
     assert _contents(path, 2)[0] == [b"zero", b"one"]
 
 
-def test_a_batch_whose_commit_filled_the_disk_is_replayed_whole(disk):
+def test_a_batch_whose_commit_filled_the_disk_is_replayed_whole(small_disk_dir):
+    disk = small_disk_dir
     # A task commits its groups one by one: group 0 commits, then the disk
     # is full for group 1's (the log gets its pages at the commit). The
     # task fails in one error naming group 1's file; the replay undoes
