@@ -2,7 +2,10 @@
 times, and a drain that reads what is there. The source runs on this
 project's SparkRunner in streaming, over real files in a real directory."""
 
+import bz2
+import gzip
 import json
+import lzma
 import os
 import time
 
@@ -10,6 +13,7 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.runners.runner import PipelineState
@@ -231,6 +235,49 @@ def test_a_parquet_file_without_its_footer_waits_for_it(tmp_path):
     path.write_bytes(whole.read_bytes())
     records, dead, _ = _poll(follow, rest)
     assert (records, dead) == (["p-0", "p-1"], [])
+
+
+_COMPRESSORS = {"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}
+
+
+@pytest.mark.parametrize("suffix", sorted(_COMPRESSORS))
+def test_a_compressed_file_cut_short_is_read_only_once_its_stream_ends(
+    tmp_path, suffix
+):
+    # Read cut, it gave its first records and an `unreadable_file` dead
+    # letter, then the same records again once it was complete.
+    follow = FollowSearchQueries(str(tmp_path / f"*.csv.{suffix}"))
+    path = tmp_path / f"g.csv.{suffix}"
+    text = _CSV_HEADER + "".join(_csv_line(f"g-{i}", T0 + i) for i in range(2000))
+    whole = _COMPRESSORS[suffix](text.encode())
+    path.write_bytes(whole[: len(whole) * 3 // 4])  # a writer three quarters in
+    records, dead, rest = _poll(follow, FollowedFiles())
+    assert (records, dead) == ([], [])
+    path.write_bytes(whole)
+    records, dead, rest = _poll(follow, rest)
+    assert (records, dead) == ([f"g-{i}" for i in range(2000)], [])
+    assert _poll(follow, rest)[:2] == ([], [])
+
+
+def test_a_compressed_file_that_cannot_be_checked_is_read_once_it_has_settled(
+    tmp_path,
+):
+    # zstd is decompressed by Beam, which reads a cut stream as a shorter
+    # file without a word: only its age can say the writer is done.
+    follow = FollowSearchQueries(
+        str(tmp_path / "*.csv.zst"), settings=FollowSettings(settle_seconds=30)
+    )
+    path = tmp_path / "z.csv.zst"
+    path.write_bytes(
+        zstandard.ZstdCompressor().compress(
+            (_CSV_HEADER + _csv_line("z-0", T0)).encode()
+        )
+    )
+    records, _, rest = _poll(follow, FollowedFiles())
+    assert records == []
+    _settled(path, seconds=31)
+    records, _, rest = _poll(follow, rest)
+    assert records == ["z-0"]
 
 
 def test_a_file_waiting_to_be_read_keeps_the_input_from_being_idle(tmp_path):

@@ -60,6 +60,26 @@ def open_checked(path: str) -> BinaryIO:
     return _CheckedStream(_open_raw(path), kind)
 
 
+def stream_ends_whole(path: str) -> bool:
+    """Whether the compressed file at `path` ends where its last stream does.
+
+    False for a file cut short, or damaged (a writer's bytes not all in place
+    yet can look like either), and for a compression this module cannot
+    check (zstd): Beam reads those silently short. Costs one decompression of
+    the file.
+    """
+    kind = CompressionTypes.detect_compression_type(path)
+    if kind not in _DECOMPRESSORS:
+        return False
+    with _CheckedStream(_open_raw(path), kind) as stream:
+        try:
+            while stream.read(_VERIFY_BYTES):
+                pass
+        except (TruncatedFile, CorruptFile):
+            return False
+    return True
+
+
 def _open_raw(path: str) -> BinaryIO:
     return FileSystems.open(path, _MIME, CompressionTypes.UNCOMPRESSED)
 

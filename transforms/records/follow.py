@@ -31,9 +31,11 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   line read again with the file: both counted, or, with record-id dedup
   and the id intact, only the cut one. Wrong counts, and no dead letter. A
   file that simply ends without a newline is read all the same,
-  `settle_seconds` late. Compressed files are read at once: their cut is
-  an `unreadable_file` dead letter (see `compressed.py`), and the file is
-  read again once it changes.
+  `settle_seconds` late. A compressed file waits the same way while its
+  stream is cut short, which reading it through finds (gzip, bzip2,
+  xz/lzma, deflate; a zstd file, which cannot be checked, waits until it
+  has settled): read at once, its first records would be counted, then a
+  dead letter, then the same records again with the completed file.
 - **Event time from the records.** Each record is stamped with its
   `event_time`. The watermark is MillWheel's injector estimate: the newest
   event time read, less `max_disorder_seconds` (how far a record may arrive
@@ -73,6 +75,7 @@ from google.protobuf.message import Message
 
 from transforms.millwheel.event_time import to_millis, to_timestamp
 from transforms.millwheel.state_params import apply_with_state_params, path_param
+from transforms.records.compressed import stream_ends_whole
 from transforms.records.dead_letters import Parser, counter
 from transforms.records.readers import (
     DEFAULT_MAX_LINE_BYTES,
@@ -283,11 +286,10 @@ def _ends_whole(version: FileVersion, fmt: str) -> bool:
     if version.size < len(ending):
         return False
     compression = CompressionTypes.detect_compression_type(version.path)
-    if compression != CompressionTypes.UNCOMPRESSED:
-        # A compressed stream cut short is an `unreadable_file` dead letter,
-        # never a shorter record: it is safe to read at once.
-        return True
     try:
+        if compression != CompressionTypes.UNCOMPRESSED:
+            # Its last bytes do not show a cut stream; reading it through does.
+            return stream_ends_whole(version.path)
         with FileSystems.open(
             version.path, compression_type=CompressionTypes.UNCOMPRESSED
         ) as file:
@@ -369,7 +371,11 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
         """
         age_s = time.time() - version.last_updated
         settle_s = self._settings.settle_seconds
-        if age_s >= settle_s or _ends_whole(version, self._format):
+        # A version already found cut is unchanged since: not checked again,
+        # which for a compressed file would mean decompressing it again.
+        if age_s >= settle_s or (
+            version not in self._waiting and _ends_whole(version, self._format)
+        ):
             return True
         if final:
             _LOGGER.info(
