@@ -30,6 +30,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import console
 from pipelines.config import ConfigError
 from pipelines.runner_choice import choose_runner, warn_of_ignored_spark_flags
+from transforms.records.follow import followed_directory
 from transforms.records.readers import FORMAT_SUFFIXES, infer_format
 
 USAGE_ERROR_STATUS = 2
@@ -157,10 +158,8 @@ def require_directories(flag: str, patterns: Sequence[str]) -> None:
     directory that does not exist (a followed pattern may match nothing yet,
     but a mistyped directory would be followed forever)."""
     for pattern in patterns:
-        if "://" in pattern:
-            continue  # object stores have no directories to check
-        directory = os.path.dirname(pattern) or "."
-        if not any(c in directory for c in "*?[") and not os.path.isdir(directory):
+        directory = followed_directory(pattern)
+        if directory is not None and not os.path.isdir(directory):
             raise UsageError(f"{flag} {pattern!r}: no directory {directory!r}")
 
 

@@ -280,6 +280,37 @@ def test_a_compressed_file_that_cannot_be_checked_is_read_once_it_has_settled(
     assert records == ["z-0"]
 
 
+def test_a_directory_gone_for_a_while_forgets_no_file_read(tmp_path):
+    # Taken as every file gone, its files were read again, whole, when the
+    # directory came back: each record twice.
+    inbox, away = tmp_path / "inbox", tmp_path / "away"
+    inbox.mkdir()
+    follow = FollowSearchQueries(str(inbox / "*.csv"))
+    (inbox / "a.csv").write_text(_CSV_HEADER + _csv_line("a-0", T0))
+    records, _, rest = _poll(follow, FollowedFiles())
+    assert records == ["a-0"]
+    inbox.rename(away)  # a volume unmounted, a directory moved away
+    records, dead, rest = _poll(follow, rest)
+    assert (records, dead) == ([], [])
+    assert rest is not None, "a followed directory goes on being polled"
+    assert {v.path for v in rest.seen} == {str(inbox / "a.csv")}
+    away.rename(inbox)
+    (inbox / "b.csv").write_text(_CSV_HEADER + _csv_line("b-0", T0))
+    records, _, rest = _poll(follow, rest)
+    assert records == ["b-0"]
+
+
+def test_files_taken_out_of_a_directory_that_remains_are_forgotten(tmp_path):
+    # An emptied directory is not a directory gone: its files are forgotten,
+    # which keeps the set of files read as small as the directory.
+    follow = FollowSearchQueries(str(tmp_path / "*.csv"))
+    (tmp_path / "a.csv").write_text(_CSV_HEADER + _csv_line("a-0", T0))
+    _, _, rest = _poll(follow, FollowedFiles())
+    (tmp_path / "a.csv").unlink()
+    _, _, rest = _poll(follow, rest)
+    assert rest.seen == frozenset()
+
+
 def test_a_file_waiting_to_be_read_keeps_the_input_from_being_idle(tmp_path):
     settings = FollowSettings(max_disorder_seconds=60, idle_timeout_seconds=0.2)
     follow = FollowSearchQueries(str(tmp_path / "*.csv"), settings=settings)

@@ -14,7 +14,9 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   checkpoints remainders with the outputs (the SparkRunner commits both in
   one batch) never reads a file twice nor skips one. A file that is gone
   from the directory is forgotten, which keeps the set as small as the
-  directory. A file replaced under the same name, while the job ran or
+  directory; the directory itself gone (a volume unmounted) forgets none,
+  or they would all be read again on its return (a warning and the counter
+  `directory_gone` say so). A file replaced under the same name, while the job ran or
   while it was down, is another version, read whole (a warning and the
   counter `files_read_again` say so): by path alone it was skipped, its
   records lost without a word.
@@ -56,6 +58,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar, NamedTuple
@@ -270,6 +273,18 @@ class InjectorWatermark(WatermarkEstimator):
         return self._state
 
 
+def followed_directory(file_pattern: str) -> str | None:
+    """The local directory `file_pattern` lists, or None where there is none
+    to check: an object store has no directories, and a glob in the
+    directory part names no one directory."""
+    if "://" in file_pattern:
+        return None
+    directory = os.path.dirname(file_pattern) or "."
+    if any(c in directory for c in "*?["):
+        return None
+    return directory
+
+
 def _is_hidden(path: str) -> bool:
     # Spark's and Hadoop's convention for files still being written.
     return path.rsplit("/", 1)[-1].startswith((".", "_"))
@@ -335,6 +350,14 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
             for m in FileSystems.match([self._pattern])[0].metadata_list
             if not _is_hidden(m.path)
         )
+        if not found and restriction.seen and self._directory_gone():
+            # Taken as every file gone, the files would all be read again
+            # when the directory came back (a volume remounted, a directory
+            # moved away and back), each record a second time.
+            if not restriction.final:
+                tracker.defer_remainder(Duration.of(self._settings.poll_seconds))
+            return
+        self._gone = False
         if not tracker.try_claim(FileListing(found)):
             return
         read_before = {version.path for version in restriction.seen}
@@ -360,6 +383,23 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
 
     def setup(self) -> None:
         self._waiting: set[FileVersion] = set()
+        self._gone = False  # whether the directory was missing at the last poll
+
+    def _directory_gone(self) -> bool:
+        """Whether the followed directory no longer exists; logged and
+        counted once per disappearance."""
+        directory = followed_directory(self._pattern)
+        if directory is None or os.path.isdir(directory):
+            return False
+        if not self._gone:
+            _LOGGER.warning(
+                "the followed directory %s is gone: its files read so far are "
+                "kept as read, and it is polled until it is back",
+                directory,
+            )
+            counter("directory_gone").inc()
+        self._gone = True
+        return True
 
     def _ready(self, version: FileVersion, final: bool) -> bool:
         """Whether `version` may be read now: it ends whole, or has not been
