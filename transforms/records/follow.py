@@ -15,11 +15,11 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   one batch) never reads a file twice nor skips one. A file that is gone
   from the directory is forgotten, which keeps the set as small as the
   directory; the directory itself gone (a volume unmounted) forgets none,
-  or they would all be read again on its return (a warning and the counter
-  `directory_gone` say so). A file replaced under the same name, while the job ran or
-  while it was down, is another version, read whole (a warning and the
-  counter `files_read_again` say so): by path alone it was skipped, its
-  records lost without a word.
+  or they would all be read again on its return (a warning and the
+  counter `directory_gone` say so). A file replaced under the same name,
+  while the job ran or while it was down, is another version, read whole
+  (a warning and the counter `files_read_again` say so): by path alone it
+  was skipped, its records lost without a word.
 - **Files must appear whole.** Write a file elsewhere (or under a name
   starting with `.` or `_`, which are never read) and rename it into place:
   a file is read as it is at the poll that finds it, and one written to in
