@@ -30,7 +30,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import console
 from pipelines.config import ConfigError
 from pipelines.runner_choice import choose_runner, warn_of_ignored_spark_flags
-from transforms.records.follow import followed_directory
+from transforms.records.followed_files import followed_directory
 from transforms.records.readers import FORMAT_SUFFIXES, infer_format
 
 USAGE_ERROR_STATUS = 2

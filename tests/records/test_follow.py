@@ -7,6 +7,7 @@ import gzip
 import json
 import lzma
 import os
+import pickle
 import time
 
 import apache_beam as beam
@@ -26,16 +27,14 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
 from runners.spark import SparkRunner
 from transforms.millwheel.event_time import to_millis, to_timestamp
-from transforms.records.follow import (
+from transforms.records.follow import FollowSearchQueries, FollowSettings
+from transforms.records.followed_files import (
     FileListing,
     FileVersion,
     FollowedFiles,
     FollowedFilesTracker,
-    FollowSearchQueries,
-    FollowSettings,
-    InjectorState,
-    InjectorWatermark,
 )
+from transforms.records.injector_watermark import InjectorState, InjectorWatermark
 from transforms.records.readers import DEAD_LETTERS, RECORDS
 
 T0 = 1_767_571_200_000  # 2026-01-05T00:00Z
@@ -97,6 +96,21 @@ def test_a_followed_directory_that_did_not_checkpoint_is_not_done():
 def test_only_a_checkpoint_splits_a_followed_directory():
     tracker = FollowedFilesTracker(FollowedFiles())
     assert tracker.try_split(0.5) is None
+
+
+def test_a_checkpoint_that_names_the_classes_by_their_old_module_is_read():
+    # A restriction and its watermark state, pickled as a checkpoint of
+    # before the split of this module kept them.
+    restriction = FollowedFiles(frozenset({_file("/in/a.csv")}))
+    state = InjectorState(watermark_ms=5, newest_ms=7, last_record_s=1.5)
+    for value in (restriction, state):
+        old = pickle.dumps(value, protocol=0)
+        for module in (b"followed_files", b"injector_watermark"):
+            old = old.replace(
+                b"transforms.records." + module, b"transforms.records.follow"
+            )
+        assert b"transforms.records.follow\n" in old
+        assert pickle.loads(old) == value
 
 
 def test_the_watermark_trails_the_newest_event_by_the_disorder_bound():

@@ -61,25 +61,32 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.iobase import (
-    RestrictionProgress,
-    RestrictionTracker,
-    WatermarkEstimator,
-)
-from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
+from apache_beam.transforms.core import WatermarkEstimatorProvider
 from apache_beam.transforms.window import TimestampedValue
-from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
+from apache_beam.utils.timestamp import Duration
 from google.protobuf.message import Message
 
-from transforms.millwheel.event_time import to_millis, to_timestamp
+from transforms.millwheel.event_time import to_timestamp
 from transforms.millwheel.state_params import apply_with_state_params, path_param
-from transforms.records.compressed import stream_ends_whole
 from transforms.records.dead_letters import Parser, counter
+
+# Checkpoints pickle a followed directory's restriction and watermark state
+# by class path; those written before the classes moved to their own modules
+# name them here, so FollowedFiles stays importable from this module.
+from transforms.records.followed_files import (  # noqa: F401
+    FileListing,
+    FileVersion,
+    FollowedFiles,
+    FollowedFilesProvider,
+    ends_whole,
+    followed_directory,
+    is_hidden,
+)
+from transforms.records.injector_watermark import InjectorState, InjectorWatermark
 from transforms.records.readers import (
     DEFAULT_MAX_LINE_BYTES,
     ReadClickEvents,
@@ -92,18 +99,13 @@ from transforms.records.readers import (
 )
 
 __all__ = [
-    "FileListing",
-    "FileVersion",
     "FollowClickEvents",
     "FollowQueryEvents",
     "FollowRecords",
     "FollowSearchQueries",
     "FollowSettings",
-    "FollowedFiles",
-    "InjectorWatermark",
 ]
 
-_NO_EVENT_MS = to_millis(MIN_TIMESTAMP)
 _LOGGER = logging.getLogger(__name__)
 
 
@@ -123,197 +125,6 @@ class FollowSettings:
         for name in ("max_disorder_seconds", "idle_timeout_seconds", "settle_seconds"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
-
-
-class FileVersion(NamedTuple):
-    """A file as a poll found it. The same path with another size or
-    modification time (a file replaced under its name) is another version."""
-
-    path: str
-    size: int
-    last_updated: float
-
-
-@dataclasses.dataclass(frozen=True)
-class FollowedFiles:
-    """The restriction of a followed directory: the file versions already
-    read.
-
-    `final` is a drained restriction: read what is present, then end.
-    """
-
-    seen: frozenset[FileVersion] = frozenset()
-    final: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class FileListing:
-    """What matched at one poll; claimed before the poll's files, so that the
-    remainder forgets the files that are gone (or replaced)."""
-
-    present: frozenset[FileVersion]
-
-
-class FollowedFilesTracker(RestrictionTracker):
-    """Claims a poll's listing, then its new files one by one.
-
-    Only a checkpoint splits it (`try_split(0)`, from `defer_remainder` or a
-    runner's record cap): the remainder has read everything claimed so far.
-    """
-
-    def __init__(self, restriction: FollowedFiles) -> None:
-        self._restriction = restriction
-        self._present: frozenset[FileVersion] | None = None
-        self._claimed: list[FileVersion] = []
-        self._checkpointed = False
-
-    def current_restriction(self) -> FollowedFiles:
-        return self._restriction
-
-    def try_claim(self, position: FileListing | FileVersion) -> bool:
-        if self._checkpointed:
-            return False
-        if isinstance(position, FileListing):
-            self._present = position.present
-        else:
-            self._claimed.append(position)
-        return True
-
-    def try_split(self, fraction_of_remainder: float) -> Any:
-        if fraction_of_remainder != 0 or self._checkpointed:
-            return None  # a directory listing cannot be shared out
-        self._checkpointed = True
-        seen = self._restriction.seen | frozenset(self._claimed)
-        if self._present is not None:
-            seen &= self._present | frozenset(self._claimed)
-        primary = FollowedFiles(frozenset(self._claimed), final=True)
-        residual = FollowedFiles(seen, self._restriction.final)
-        return primary, residual
-
-    def check_done(self) -> None:
-        if not (self._checkpointed or self._restriction.final):
-            raise ValueError(
-                "a followed directory is never done: its process must defer "
-                "its remainder"
-            )
-
-    def current_progress(self) -> RestrictionProgress:
-        return RestrictionProgress(completed=len(self._claimed), remaining=1)
-
-    def is_bounded(self) -> bool:
-        return self._restriction.final
-
-
-class _FollowedFilesProvider(RestrictionProvider):
-    def initial_restriction(self, element: Any) -> FollowedFiles:
-        return FollowedFiles()
-
-    def create_tracker(self, restriction: FollowedFiles) -> FollowedFilesTracker:
-        return FollowedFilesTracker(restriction)
-
-    def restriction_size(self, element: Any, restriction: FollowedFiles) -> int:
-        return 1
-
-    def truncate(self, element: Any, restriction: FollowedFiles) -> FollowedFiles:
-        # On drain: one last poll, so files already delivered are not lost.
-        return FollowedFiles(restriction.seen, final=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class InjectorState:
-    """A followed directory's watermark estimate, carried by its remainder.
-
-    Times are event-time milliseconds; `last_record_s` is the wall clock
-    (seconds) when the newest event time was read, or a file last waited to
-    be read (see `InjectorWatermark.input_pending`).
-    """
-
-    watermark_ms: int = _NO_EVENT_MS
-    newest_ms: int = _NO_EVENT_MS
-    last_record_s: float = 0.0
-
-
-class InjectorWatermark(WatermarkEstimator):
-    """The newest event time read less the disorder bound; the newest event
-    time itself once the input has been idle for the timeout. Monotonic."""
-
-    def __init__(self, state: InjectorState, settings: FollowSettings) -> None:
-        self._state = state
-        self._disorder_ms = int(settings.max_disorder_seconds * 1000)
-        self._idle_s = settings.idle_timeout_seconds
-
-    def observe_timestamp(self, timestamp: Timestamp) -> None:
-        # Dead letters keep the impulse's timestamp, the minimum: they say
-        # nothing of event time.
-        event_ms = to_millis(timestamp)
-        if event_ms > self._state.newest_ms:
-            self._state = dataclasses.replace(
-                self._state, newest_ms=event_ms, last_record_s=time.time()
-            )
-
-    def input_pending(self) -> None:
-        """A file is known but not read yet: its records are in flight, so
-        the input is not idle, however long ago the newest event came."""
-        self._state = dataclasses.replace(self._state, last_record_s=time.time())
-
-    def current_watermark(self) -> Timestamp:
-        state = self._state
-        if state.newest_ms == _NO_EVENT_MS:
-            return MIN_TIMESTAMP
-        estimate = state.newest_ms - self._disorder_ms
-        idle = self._idle_s and time.time() - state.last_record_s >= self._idle_s
-        if idle:
-            estimate = state.newest_ms
-        if estimate > state.watermark_ms:
-            self._state = dataclasses.replace(state, watermark_ms=estimate)
-        return to_timestamp(self._state.watermark_ms)
-
-    def get_estimator_state(self) -> InjectorState:
-        self.current_watermark()
-        return self._state
-
-
-def followed_directory(file_pattern: str) -> str | None:
-    """The local directory `file_pattern` lists, or None where there is none
-    to check: an object store has no directories, and a glob in the
-    directory part names no one directory."""
-    if "://" in file_pattern:
-        return None
-    directory = os.path.dirname(file_pattern) or "."
-    if any(c in directory for c in "*?["):
-        return None
-    return directory
-
-
-def _is_hidden(path: str) -> bool:
-    # Spark's and Hadoop's convention for files still being written.
-    return path.rsplit("/", 1)[-1].startswith((".", "_"))
-
-
-# The last bytes of a complete file: a text file's last line has its newline,
-# a Parquet file ends with its footer's magic number.
-_WHOLE_ENDINGS = {"jsonl": b"\n", "csv": b"\n", "parquet": b"PAR1"}
-
-
-def _ends_whole(version: FileVersion, fmt: str) -> bool:
-    """Whether `version` ends as a complete file of `fmt` does."""
-    ending = _WHOLE_ENDINGS[fmt]
-    if version.size < len(ending):
-        return False
-    compression = CompressionTypes.detect_compression_type(version.path)
-    try:
-        if compression != CompressionTypes.UNCOMPRESSED:
-            # Its last bytes do not show a cut stream; reading it through does.
-            return stream_ends_whole(version.path)
-        with FileSystems.open(
-            version.path, compression_type=CompressionTypes.UNCOMPRESSED
-        ) as file:
-            file.seek(version.size - len(ending))
-            return file.read(len(ending)) == ending
-    except OSError:
-        # Gone since the listing, or unreadable: the next poll, or the read
-        # once it has settled, says which.
-        return False
 
 
 class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
@@ -341,14 +152,14 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
     def process(
         self,
         element: Any,
-        tracker=beam.DoFn.RestrictionParam(_FollowedFilesProvider()),
+        tracker=beam.DoFn.RestrictionParam(FollowedFilesProvider()),
         _watermark: InjectorWatermark = beam.DoFn.WatermarkEstimatorParam(),
     ) -> Iterator[Any]:
         restriction = tracker.current_restriction()
         found = frozenset(
             FileVersion(m.path, m.size_in_bytes, m.last_updated_in_seconds)
             for m in FileSystems.match([self._pattern])[0].metadata_list
-            if not _is_hidden(m.path)
+            if not is_hidden(m.path)
         )
         if not found and restriction.seen and self._directory_gone():
             # Taken as every file gone, the files would all be read again
@@ -414,7 +225,7 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
         # A version already found cut is unchanged since: not checked again,
         # which for a compressed file would mean decompressing it again.
         if age_s >= settle_s or (
-            version not in self._waiting and _ends_whole(version, self._format)
+            version not in self._waiting and ends_whole(version, self._format)
         ):
             return True
         if final:

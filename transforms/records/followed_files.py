@@ -1,0 +1,162 @@
+"""The files of a followed directory, as its splittable DoFn's restriction.
+
+A file is known by its version (path, size, modification time). The
+restriction is the set of versions already read; a poll claims its listing,
+then each new file, so that a checkpoint's remainder has read what was
+claimed and forgets the files no longer listed. `ends_whole` says whether a
+version can be read yet, `followed_directory` which local directory a
+pattern lists. `transforms.records.follow` has the rules these serve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, NamedTuple
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.iobase import RestrictionProgress, RestrictionTracker
+from apache_beam.transforms.core import RestrictionProvider
+
+from transforms.records.compressed import stream_ends_whole
+
+
+class FileVersion(NamedTuple):
+    """A file as a poll found it. The same path with another size or
+    modification time (a file replaced under its name) is another version."""
+
+    path: str
+    size: int
+    last_updated: float
+
+
+@dataclasses.dataclass(frozen=True)
+class FollowedFiles:
+    """The restriction of a followed directory: the file versions already
+    read.
+
+    `final` is a drained restriction: read what is present, then end.
+    """
+
+    seen: frozenset[FileVersion] = frozenset()
+    final: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class FileListing:
+    """What matched at one poll; claimed before the poll's files, so that the
+    remainder forgets the files that are gone (or replaced)."""
+
+    present: frozenset[FileVersion]
+
+
+class FollowedFilesTracker(RestrictionTracker):
+    """Claims a poll's listing, then its new files one by one.
+
+    Only a checkpoint splits it (`try_split(0)`, from `defer_remainder` or a
+    runner's record cap): the remainder has read everything claimed so far.
+    """
+
+    def __init__(self, restriction: FollowedFiles) -> None:
+        self._restriction = restriction
+        self._present: frozenset[FileVersion] | None = None
+        self._claimed: list[FileVersion] = []
+        self._checkpointed = False
+
+    def current_restriction(self) -> FollowedFiles:
+        return self._restriction
+
+    def try_claim(self, position: FileListing | FileVersion) -> bool:
+        if self._checkpointed:
+            return False
+        if isinstance(position, FileListing):
+            self._present = position.present
+        else:
+            self._claimed.append(position)
+        return True
+
+    def try_split(self, fraction_of_remainder: float) -> Any:
+        if fraction_of_remainder != 0 or self._checkpointed:
+            return None  # a directory listing cannot be shared out
+        self._checkpointed = True
+        seen = self._restriction.seen | frozenset(self._claimed)
+        if self._present is not None:
+            seen &= self._present | frozenset(self._claimed)
+        primary = FollowedFiles(frozenset(self._claimed), final=True)
+        residual = FollowedFiles(seen, self._restriction.final)
+        return primary, residual
+
+    def check_done(self) -> None:
+        if not (self._checkpointed or self._restriction.final):
+            raise ValueError(
+                "a followed directory is never done: its process must defer "
+                "its remainder"
+            )
+
+    def current_progress(self) -> RestrictionProgress:
+        return RestrictionProgress(completed=len(self._claimed), remaining=1)
+
+    def is_bounded(self) -> bool:
+        return self._restriction.final
+
+
+class FollowedFilesProvider(RestrictionProvider):
+    """Restrictions of a followed directory: none read at first, and on
+    drain a last poll."""
+
+    def initial_restriction(self, element: Any) -> FollowedFiles:
+        return FollowedFiles()
+
+    def create_tracker(self, restriction: FollowedFiles) -> FollowedFilesTracker:
+        return FollowedFilesTracker(restriction)
+
+    def restriction_size(self, element: Any, restriction: FollowedFiles) -> int:
+        return 1
+
+    def truncate(self, element: Any, restriction: FollowedFiles) -> FollowedFiles:
+        # On drain: one last poll, so files already delivered are not lost.
+        return FollowedFiles(restriction.seen, final=True)
+
+
+def followed_directory(file_pattern: str) -> str | None:
+    """The local directory `file_pattern` lists, or None where there is none
+    to check: an object store has no directories, and a glob in the
+    directory part names no one directory."""
+    if "://" in file_pattern:
+        return None
+    directory = os.path.dirname(file_pattern) or "."
+    if any(c in directory for c in "*?["):
+        return None
+    return directory
+
+
+def is_hidden(path: str) -> bool:
+    # Spark's and Hadoop's convention for files still being written.
+    return path.rsplit("/", 1)[-1].startswith((".", "_"))
+
+
+# The last bytes of a complete file: a text file's last line has its newline,
+# a Parquet file ends with its footer's magic number.
+_WHOLE_ENDINGS = {"jsonl": b"\n", "csv": b"\n", "parquet": b"PAR1"}
+
+
+def ends_whole(version: FileVersion, fmt: str) -> bool:
+    """Whether `version` ends as a complete file of `fmt` does."""
+    ending = _WHOLE_ENDINGS[fmt]
+    if version.size < len(ending):
+        return False
+    compression = CompressionTypes.detect_compression_type(version.path)
+    try:
+        if compression != CompressionTypes.UNCOMPRESSED:
+            # Its last bytes do not show a cut stream; reading it through does.
+            return stream_ends_whole(version.path)
+        with FileSystems.open(
+            version.path, compression_type=CompressionTypes.UNCOMPRESSED
+        ) as file:
+            file.seek(version.size - len(ending))
+            return file.read(len(ending)) == ending
+    except OSError:
+        # Gone since the listing, or unreadable: the next poll, or the read
+        # once it has settled, says which.
+        return False
