@@ -16,7 +16,7 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   from the directory is forgotten, which keeps the set as small as the
   directory; the directory itself gone (a volume unmounted) forgets none,
   or they would all be read again on its return (a warning and the
-  counter `directory_gone` say so). A file replaced under the same name,
+  counter `directory_gone_polls` say so). A file replaced under the same name,
   while the job ran or while it was down, is another version, read whole
   (a warning and the counter `files_read_again` say so): by path alone it
   was skipped, its records lost without a word.
@@ -197,18 +197,19 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
         self._gone = False  # whether the directory was missing at the last poll
 
     def _directory_gone(self) -> bool:
-        """Whether the followed directory no longer exists; logged and
-        counted once per disappearance."""
+        """Whether the followed directory no longer exists. Each such poll
+        is counted; a process logs the first of a disappearance (a
+        directory's polls may move between worker processes)."""
         directory = followed_directory(self._pattern)
         if directory is None or os.path.isdir(directory):
             return False
+        counter("directory_gone_polls").inc()
         if not self._gone:
             _LOGGER.warning(
                 "the followed directory %s is gone: its files read so far are "
                 "kept as read, and it is polled until it is back",
                 directory,
             )
-            counter("directory_gone").inc()
         self._gone = True
         return True
 
