@@ -11,6 +11,7 @@ its side inputs (:class:`PushedBack`).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from runners.spark.watermark import (
 )
 
 META = -1
+_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -118,17 +120,29 @@ class TaskSpec:
             return self
         return dataclasses.replace(self, input_watermark=raised, early=None)
 
-    def report_watermark(self, deferred: list[Deferred]) -> None:
+    def report_watermark(self, deferred: list[Deferred], partition: int) -> None:
         """A source's task: the watermark its remainders leave (+inf: none
         left), for the stages downstream in the same batch."""
         if self.report_dir is None:
             return
         mark = min((d.watermark for d in deferred), default=MAX_MICROS)
-        path = Path(self.report_dir, str(TaskContext.get().partitionId()))
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = Path(self.report_dir, str(partition))
         staged = path.with_suffix(".tmp")
-        staged.write_text(str(mark))
-        os.replace(staged, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged.write_text(str(mark))
+            os.replace(staged, path)
+        except OSError as error:
+            # The report only lets the stages downstream start early: without
+            # it they run under the planned watermark, and the state this task
+            # committed stands.
+            _LOGGER.warning(
+                "SparkRunner streaming: watermark report %s not written (%s); "
+                "the stages it feeds run under the planned watermark",
+                path,
+                error,
+            )
+            staged.unlink(missing_ok=True)
 
     def event_horizon(self) -> int:
         """Event-time timers at or before this (µs) are due."""
@@ -235,7 +249,7 @@ def stage_partition(
     if executor.metrics:
         accumulator.add(executor.metrics)
     deferred = [_deferred(task.stage, residual) for residual in time.deferred]
-    task.report_watermark(deferred)
+    task.report_watermark(deferred, TaskContext.get().partitionId())
     for summary in summaries:
         yield META, summary
     for remainder in deferred:

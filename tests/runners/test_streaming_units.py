@@ -4,6 +4,7 @@ directory and the TestStream script."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -388,3 +389,20 @@ def test_a_stage_takes_the_watermark_its_source_left_in_the_same_batch(tmp_path)
     assert _task(750, early).with_early_watermark().input_watermark == 750
     missing = EarlyWatermark(without_source=800, report_dir=str(tmp_path), reports=3)
     assert _task(100, missing).with_early_watermark().input_watermark == 100
+
+
+def test_a_watermark_report_the_disk_refuses_leaves_the_planned_watermark(
+    small_disk_dir,
+):
+    # It failed the source's task, its state already committed, in a
+    # traceback that named no file.
+    reports = small_disk_dir / "reports"
+    reports.mkdir()
+    source = dataclasses.replace(_task(100), report_dir=str(reports))
+    source.report_watermark([], partition=0)  # room left: reported
+    assert (reports / "0").read_text() == str(MAX_MICROS)
+    small_disk.fill(small_disk_dir)
+    source.report_watermark([], partition=1)
+    assert sorted(p.name for p in reports.iterdir()) == ["0"]
+    early = EarlyWatermark(without_source=800, report_dir=str(reports), reports=2)
+    assert _task(100, early).with_early_watermark().input_watermark == 100
