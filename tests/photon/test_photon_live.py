@@ -56,33 +56,45 @@ def _drop_wave(inbox, n, wave):
 
 def _cli(name, inbox, tmp_path, bigtable_instance, now_ms):
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONWARNINGS="ignore")
-    return subprocess.Popen(
+    args = [
+        sys.executable,
+        "-m",
+        "pipelines.photon",
+        *("--queries", str(inbox / "queries" / "*.jsonl")),
+        *("--clicks", str(inbox / "clicks" / "*.jsonl")),
+        "--follow",
+        *("--output", str(tmp_path / name)),
+        *("--pipeline_id", name),
+        *("--bigtable_project", bigtable_instance.project),
+        *("--bigtable_instance", bigtable_instance.instance_id),
+        *("--now_ms", str(now_ms), "--gc_days", str(GC_DAYS)),
+        "--runner=SparkRunner",
+        "--spark_master_url=local[1]",
+        f"--checkpoint_dir={tmp_path / f'{name}-checkpoint'}",
+        "--poll_seconds=0.3",
+        # The last wave's clicks wait for their queries' watermark: once
+        # no newer event comes, it moves up to the newest event read.
+        "--idle_timeout_seconds=2",
+    ]
+    # stderr to a file, not a pipe: a pipe nobody reads while the job runs
+    # blocks the job, and its JVM's logging, once full. A restart appends.
+    with (tmp_path / f"{name}-stderr.log").open("a") as log:
         # Its own session: a SIGKILL of its tree leaves the test alone.
-        start_new_session=True,
-        args=[
-            sys.executable,
-            "-m",
-            "pipelines.photon",
-            *("--queries", str(inbox / "queries" / "*.jsonl")),
-            *("--clicks", str(inbox / "clicks" / "*.jsonl")),
-            "--follow",
-            *("--output", str(tmp_path / name)),
-            *("--pipeline_id", name),
-            *("--bigtable_project", bigtable_instance.project),
-            *("--bigtable_instance", bigtable_instance.instance_id),
-            *("--now_ms", str(now_ms), "--gc_days", str(GC_DAYS)),
-            "--runner=SparkRunner",
-            "--spark_master_url=local[1]",
-            f"--checkpoint_dir={tmp_path / f'{name}-checkpoint'}",
-            "--poll_seconds=0.3",
-            # The last wave's clicks wait for their queries' watermark: once
-            # no newer event comes, it moves up to the newest event read.
-            "--idle_timeout_seconds=2",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        return subprocess.Popen(
+            args,
+            start_new_session=True,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+
+
+def _stderr_tails(tmp_path) -> str:
+    """The end of each job's stderr, to say why a wait failed."""
+    return "\n".join(
+        f"--- {path.name}:\n{path.read_text()[-3000:]}"
+        for path in sorted(tmp_path.glob("*-stderr.log"))
     )
 
 
@@ -101,10 +113,10 @@ def _joined(tmp_path, names, output="joined") -> collections.Counter:
     )
 
 
-def _stop(process) -> str:
+def _stop(process, tmp_path) -> str:
     process.send_signal(signal.SIGTERM)
-    stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 0, stderr[-4000:]
+    stdout, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, _stderr_tails(tmp_path)
     return stdout
 
 
@@ -143,14 +155,16 @@ def test_a_pipeline_killed_mid_stream_beside_another_still_outputs_each_click_on
     try:
         for name in both:
             start(name)
-        assert _wait_for(lambda: output_of("east") and output_of("west"))
+        assert _wait_for(lambda: output_of("east") and output_of("west")), (
+            _stderr_tails(tmp_path)
+        )
         # East alone sees the second wave, and is killed as a machine dies
         # once it has registered some of its clicks: before its batch
         # commits, so before it writes them.
         _drop_wave(inboxes["east"], 1, waves[1])
         assert _wait_for(
             lambda: "east" in set(registry.owners(second_wave).values()), 120
-        ), "east registered none of the second wave"
+        ), f"east registered none of the second wave\n{_stderr_tails(tmp_path)}"
         kill_tree(jobs["east"].pid)
         jobs["east"].wait(timeout=60)
         registered = {
@@ -167,11 +181,13 @@ def test_a_pipeline_killed_mid_stream_beside_another_still_outputs_each_click_on
             _drop_wave(inbox, 2, waves[2])
         assert _wait_for(lambda: set(_joined(tmp_path, both)) >= joinable, 240), (
             f"{len(joinable - set(_joined(tmp_path, both)))} joinable clicks "
-            "never joined"
+            f"never joined\n{_stderr_tails(tmp_path)}"
         )
         # East runs again: it has replayed or moved past the batch it died in.
-        assert _wait_for(lambda: east_checkpoint.last_commit()[0] > killed_at + 1)
-        stdouts = {name: _stop(jobs.pop(name)) for name in both}
+        assert _wait_for(lambda: east_checkpoint.last_commit()[0] > killed_at + 1), (
+            _stderr_tails(tmp_path)
+        )
+        stdouts = {name: _stop(jobs.pop(name), tmp_path) for name in both}
     finally:
         registry.close()
         for job in jobs.values():
