@@ -71,12 +71,10 @@ def stream_ends_whole(path: str) -> bool:
     kind = CompressionTypes.detect_compression_type(path)
     if kind not in _DECOMPRESSORS:
         return False
-    with _CheckedStream(_open_raw(path), kind) as stream:
-        try:
-            while stream.read(_VERIFY_BYTES):
-                pass
-        except (TruncatedFile, CorruptFile):
-            return False
+    try:
+        _read_through(path, kind)
+    except (TruncatedFile, CorruptFile):
+        return False
     return True
 
 
@@ -93,17 +91,23 @@ def _check_integrity(path: str, kind: str) -> None:
     read from them could not be taken back. A file cut short passes: what
     precedes the cut is exactly what was written.
     """
+    try:
+        _read_through(path, kind)
+    except TruncatedFile:
+        pass
+    except CorruptFile as error:
+        raise CorruptFile(
+            f"{error}; no record of the file is used, since data before "
+            "the damage may be altered too"
+        ) from None
+
+
+def _read_through(path: str, kind: str) -> None:
+    """Decompresses the whole file, keeping nothing; raises `TruncatedFile`
+    or `CorruptFile` where it breaks."""
     with _CheckedStream(_open_raw(path), kind) as stream:
-        try:
-            while stream.read(_VERIFY_BYTES):
-                pass
-        except TruncatedFile:
+        while stream.read(_VERIFY_BYTES):
             pass
-        except CorruptFile as error:
-            raise CorruptFile(
-                f"{error}; no record of the file is used, since data before "
-                "the damage may be altered too"
-            ) from None
 
 
 class _CheckedStream:
