@@ -10,7 +10,6 @@ import os
 import pathlib
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -27,7 +26,7 @@ from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
 from runners.spark.checkpoint import CheckpointDir
 from testing.inbox import cut, drop_file
-from testing.processes import kill_spark_jvm, kill_tree
+from testing.processes import LoggedJob, kill_spark_jvm, kill_tree
 from testing.zeitgeist_generator import DAY_MS, HOUR_MS, StreamSpec, generate
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.zeitgeist_pb2 import SearchQuery
@@ -205,35 +204,26 @@ def test_a_dip_is_reported_while_the_job_runs(tmp_path, spark_session):
     assert {(a["query"], a["kind"]) for a in anomalies} == {("fading", "DIP")}
 
 
-def _cli(
-    output, inbox, checkpoint, *extra: str, master: str = "local[2]"
-) -> subprocess.Popen:
+def _cli(output, inbox, checkpoint, *extra: str, master: str = "local[2]") -> LoggedJob:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    return subprocess.Popen(
-        # Its own session: a SIGKILL of its tree leaves the test alone.
-        start_new_session=True,
-        args=[
-            sys.executable,
-            "-m",
-            "pipelines.zeitgeist",
-            "--input",
-            str(inbox / "*.jsonl"),
-            "--follow",
-            "--output",
-            str(output),
-            "--write_window_counts",
-            "--runner=SparkRunner",
-            f"--spark_master_url={master}",
-            f"--checkpoint_dir={checkpoint}",
-            "--poll_seconds=0.3",
-            f"--max_disorder_seconds={DISORDER_SECONDS}",
-            *extra,
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    args = [
+        sys.executable,
+        "-m",
+        "pipelines.zeitgeist",
+        "--input",
+        str(inbox / "*.jsonl"),
+        "--follow",
+        "--output",
+        str(output),
+        "--write_window_counts",
+        "--runner=SparkRunner",
+        f"--spark_master_url={master}",
+        f"--checkpoint_dir={checkpoint}",
+        "--poll_seconds=0.3",
+        f"--max_disorder_seconds={DISORDER_SECONDS}",
+        *extra,
+    ]
+    return LoggedJob(args, checkpoint.parent, "zeitgeist", env)
 
 
 def _window_counts(output) -> list[tuple[str, int, int]]:
@@ -268,7 +258,7 @@ def test_sigterm_stops_cleanly_and_a_restart_counts_no_window_twice(tmp_path):
             # the driver's JVM and Python workers must not die before the
             # driver has stopped the job.
             os.killpg(job.pid, signal.SIGTERM)
-        stdout, stderr = job.communicate(timeout=120)
+        stdout, stderr = job.finish(timeout=120)
         assert job.returncode == 0, stderr[-4000:]
         assert "Traceback" not in stderr, stderr[-4000:]
         _assert_report_shows_the_episodes_written(output, stdout)
@@ -321,7 +311,7 @@ def test_the_live_command_runs_on_a_standalone_cluster(tmp_path, spark_cluster):
     try:
         _wait_for(lambda: _closed_through(output) >= day_end - 15 * 60_000, 240)
         job.send_signal(signal.SIGTERM)
-        stdout, stderr = job.communicate(timeout=120)
+        stdout, stderr = job.finish(timeout=120)
     finally:
         # A job left running would hold the shared cluster's cores, and the
         # next test on it would wait for them.
@@ -362,13 +352,11 @@ def test_the_live_generator_plays_until_stopped_and_a_restart_goes_on(tmp_path):
     ]
 
     def run_until_counted(than: int) -> str:
-        job = subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        job = LoggedJob(command, tmp_path, "zeitgeist", env)
         # Window counts of searches stamped with the wall clock, while it runs.
         _wait_for_more_counts(output, than, timeout_s=180)
         job.send_signal(signal.SIGINT)
-        stdout, stderr = job.communicate(timeout=120)
+        stdout, stderr = job.finish(timeout=120)
         assert job.returncode == 0, stderr[-4000:]
         assert "Zeitgeist summary" in stdout and "precision" in stdout
         return stderr
@@ -431,7 +419,7 @@ def test_a_sigkill_mid_stream_and_a_restart_lose_nothing_and_repeat_nothing(tmp_
     _wait_for(lambda: CheckpointDir(checkpoint).last_commit()[0] > killed_at + 1)
     _wait_until_quiet(output)
     job.send_signal(signal.SIGTERM)
-    _, stderr = job.communicate(timeout=120)
+    _, stderr = job.finish(timeout=120)
     assert job.returncode == 0, stderr[-4000:]
     live = _outputs(output)
     closed_through = max(json.loads(c)["window_end"] for c in live[WINDOW_COUNTS])
@@ -457,7 +445,7 @@ def test_the_jvm_killed_under_a_live_job_fails_it_in_one_line(tmp_path):
     try:
         _wait_for_more_counts(output, 0, timeout_s=180)
         kill_spark_jvm(job.pid)
-        _, stderr = job.communicate(timeout=120)
+        _, stderr = job.finish(timeout=120)
     finally:
         kill_tree(job.pid)
     assert job.returncode == 1, stderr[-4000:]
@@ -482,10 +470,10 @@ def test_a_restart_with_another_window_size_is_refused_in_one_line(tmp_path):
     finally:
         kill_tree(job.pid)
         job.wait(timeout=60)
-    assert (checkpoint / "job.json").exists(), job.stderr.read()[-4000:]
+    assert (checkpoint / "job.json").exists(), job.stderr()[-4000:]
 
     job = _cli(output, inbox, checkpoint, "--window_seconds=600")
-    _, stderr = job.communicate(timeout=180)
+    _, stderr = job.finish(timeout=180)
     assert job.returncode == 1, stderr[-4000:]
     assert "Traceback" not in stderr, stderr[-4000:]
     (line,) = [line for line in stderr.splitlines() if "job failed" in line]
@@ -502,7 +490,7 @@ def test_a_damaged_key_group_file_is_refused_in_one_line_naming_it(tmp_path):
     inbox = tmp_path / "inbox"
     _wait_for(lambda: _window_counts(output))
     job.send_signal(signal.SIGTERM)
-    _, stderr = job.communicate(timeout=120)
+    _, stderr = job.finish(timeout=120)
     assert job.returncode == 0, stderr[-4000:]
     path = min((checkpoint / "state").rglob("kg-*.sqlite"))
     path.write_bytes(b"\xff" * 100 + path.read_bytes()[100:])
@@ -510,7 +498,7 @@ def test_a_damaged_key_group_file_is_refused_in_one_line_naming_it(tmp_path):
     drop_file(inbox, "part1.jsonl", cut(_stream().events, 4)[1])
 
     job = _cli(output, inbox, checkpoint)
-    _, stderr = job.communicate(timeout=180)
+    _, stderr = job.finish(timeout=180)
     assert job.returncode == 1, stderr[-4000:]
     # Spark logs a worker's traceback; the command's own word is one line.
     last = stderr.strip().splitlines()[-1]
