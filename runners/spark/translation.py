@@ -3,7 +3,8 @@
 Every PCollection becomes an RDD of encoded windowed-value chunks:
 
 - Impulse: a one-element RDD.
-- Flatten: ``union``.
+- Flatten: ``union``; outputs of one multi-output stage are read from its
+  cached output in one pass.
 - GroupByKey: a shuffle on encoded keys, then Beam's trigger driver.
 - Reshuffle: elements spread over partitions (also splits restrictions of
   splittable DoFns before they are processed).
@@ -87,6 +88,9 @@ class RddTranslator:
         self._context = context_from_bytes(self._shipped)
         self.accumulator = sc.accumulator(MetricsSnapshot(), MetricsAccumulatorParam())
         self._rdds: dict[str, Any] = {}
+        # Each output of a multi-output stage: the stage's tagged (and
+        # persisted) RDD and the output's tag in it.
+        self._tagged_outputs: dict[str, tuple[Any, int]] = {}
         # Encoded chunks the driver holds: collected side inputs, Impulse
         # outputs and the outputs of the stages it runs itself.
         self._on_driver: dict[str, list[bytes]] = {}
@@ -151,7 +155,7 @@ class RddTranslator:
             self._on_driver[out_pc] = [common.ENCODED_IMPULSE_VALUE]
             self._set(out_pc, self._sc.parallelize([common.ENCODED_IMPULSE_VALUE], 1))
         elif urn == FLATTEN:
-            inputs = [self._rdds[pc] for pc in proto.inputs.values()]
+            inputs = self._flatten_inputs(list(proto.inputs.values()))
             rdd = self._sc.union(inputs) if inputs else self._sc.emptyRDD()
             self._set(only_element(proto.outputs.values()), rdd)
         elif urn == GROUP_BY_KEY:
@@ -196,6 +200,35 @@ class RddTranslator:
             self._sc.setJobDescription(None)
         for ix, pc in enumerate(wanted):
             self._on_driver[pc] = [data for tag, data in collected if tag == ix]
+
+    def _flatten_inputs(self, pcolls: list[str]) -> list[Any]:
+        """The RDDs a Flatten unions. Two or more outputs of one multi-output
+        stage (sinks' file names, say) are one filter over the stage's cached
+        output: a task per partition, where an RDD per output costs a task
+        per output and partition, each a round trip to a Python worker for a
+        few elements. An output listed twice is still read twice."""
+        rdds = []
+        siblings: dict[int, dict[str, int]] = {}
+        for pcoll in pcolls:
+            if pcoll not in self._tagged_outputs:
+                rdds.append(self._rdds[pcoll])
+                continue
+            tagged, tag = self._tagged_outputs[pcoll]
+            same_stage = siblings.setdefault(id(tagged), {})
+            if pcoll in same_stage:
+                rdds.append(self._rdds[pcoll])
+            else:
+                same_stage[pcoll] = tag
+        for same_stage in siblings.values():
+            if len(same_stage) == 1:
+                rdds.append(self._rdds[next(iter(same_stage))])
+            else:
+                tagged, _ = self._tagged_outputs[next(iter(same_stage))]
+                wanted = functools.partial(
+                    _has_one_of_tags, frozenset(same_stage.values())
+                )
+                rdds.append(tagged.filter(wanted).values())
+        return rdds
 
     def _set(self, pcoll: str, rdd) -> None:
         if self._consumers[pcoll] == 0:
@@ -319,6 +352,7 @@ class RddTranslator:
         else:
             tagged = self._persist(tagged)
             for ix, pcoll in enumerate(plan.outputs):
+                self._tagged_outputs[pcoll] = (tagged, ix)
                 self._set(
                     pcoll, tagged.filter(functools.partial(_has_tag, ix)).values()
                 )
@@ -348,6 +382,10 @@ def _with_tag(ix: int, data: bytes) -> tuple[int, bytes]:
 
 def _has_tag(ix: int, record: tuple[int, bytes]) -> bool:
     return record[0] == ix
+
+
+def _has_one_of_tags(tags: frozenset[int], record: tuple[int, bytes]) -> bool:
+    return record[0] in tags
 
 
 def _stage_partition(plan, side_bc, bundle_bytes, accumulator, inputs):

@@ -420,3 +420,53 @@ def test_reshuffle_spreads_a_few_elements_over_every_partition():
             | beam.Distinct()
         )
         assert_that(partitions, equal_to([0, 1]))
+
+
+
+class _ByRemainder(beam.DoFn):
+    def process(self, x):
+        yield x if x % 3 == 0 else beam.pvalue.TaggedOutput(f"r{x % 3}", x)
+
+
+def _by_remainder(p):
+    return (
+        p
+        | beam.Create(range(6))
+        | beam.Reshuffle()
+        | beam.ParDo(_ByRemainder()).with_outputs("r1", "r2", main="r0")
+    )
+
+
+def test_outputs_of_one_stage_flattened_are_read_in_one_pass(spark_session):
+    # A sink's written file names come from several outputs of one stage,
+    # flattened into a side input: a task per output and partition, each a
+    # round trip to a Python worker for a few names, was most of a small
+    # job's last stage.
+    tracker = spark_session.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup())
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        parts = _by_remainder(p)
+        flat = (parts.r0, parts.r1, parts.r2) | beam.Flatten()
+        seen = (
+            p
+            | "One" >> beam.Create([None])
+            | beam.Map(lambda _, all_: sorted(all_), all_=beam.pvalue.AsList(flat))
+        )
+        assert_that(seen, equal_to([[0, 1, 2, 3, 4, 5]]))
+    collects = [
+        tracker.getStageInfo(stage)
+        for job in set(tracker.getJobIdsForGroup()) - before
+        for stage in tracker.getJobInfo(job).stageIds
+        if tracker.getStageInfo(stage).name.startswith("collect")
+    ]
+    # One task per partition of the stage, where a filter per output made
+    # three.
+    parallelism = spark_session.sparkContext.defaultParallelism
+    assert [stage.numTasks for stage in collects] == [parallelism]
+
+
+def test_an_output_flattened_with_itself_is_there_twice():
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        parts = _by_remainder(p)
+        flat = (parts.r0, parts.r1, parts.r2, parts.r1) | beam.Flatten()
+        assert_that(flat, equal_to([0, 1, 1, 2, 3, 4, 4, 5]))
