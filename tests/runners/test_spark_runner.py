@@ -422,7 +422,6 @@ def test_reshuffle_spreads_a_few_elements_over_every_partition():
         assert_that(partitions, equal_to([0, 1]))
 
 
-
 class _ByRemainder(beam.DoFn):
     def process(self, x):
         yield x if x % 3 == 0 else beam.pvalue.TaggedOutput(f"r{x % 3}", x)
