@@ -11,7 +11,6 @@ import collections
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -20,7 +19,7 @@ import pytest
 from runners.spark.checkpoint import CheckpointDir
 from testing.inbox import drop_file
 from testing.photon_generator import PhotonSpec, generate
-from testing.processes import kill_tree
+from testing.processes import LoggedJob, kill_tree
 from tests.photon.test_photon_cli import GC_DAYS, click_ids, read_jsonl
 from transforms.photon import BigtableTarget, ClickRef, IdRegistry
 
@@ -76,18 +75,8 @@ def _cli(name, inbox, tmp_path, bigtable_instance, now_ms):
         # no newer event comes, it moves up to the newest event read.
         "--idle_timeout_seconds=2",
     ]
-    # stderr to a file, not a pipe: a pipe nobody reads while the job runs
-    # blocks the job, and its JVM's logging, once full. A restart appends.
-    with (tmp_path / f"{name}-stderr.log").open("a") as log:
-        # Its own session: a SIGKILL of its tree leaves the test alone.
-        return subprocess.Popen(
-            args,
-            start_new_session=True,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
+    # A restart appends to the same log files.
+    return LoggedJob(args, tmp_path, name, env)
 
 
 def _stderr_tails(tmp_path) -> str:
@@ -115,7 +104,7 @@ def _joined(tmp_path, names, output="joined") -> collections.Counter:
 
 def _stop(process, tmp_path) -> str:
     process.send_signal(signal.SIGTERM)
-    stdout, _ = process.communicate(timeout=120)
+    stdout, _ = process.finish(timeout=120)
     assert process.returncode == 0, _stderr_tails(tmp_path)
     return stdout
 
