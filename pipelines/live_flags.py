@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 
 from pipelines import config as config_loader
+from transforms.records.after_read import ACTIONS, ARCHIVE, AfterRead
 from transforms.records.follow import FollowSettings
 
 # Flag -> config key, for `config_loader.from_command_line`.
@@ -16,9 +18,15 @@ FLAG_KEYS = {
     "max_disorder_seconds": "live.max_disorder_seconds",
     "idle_timeout_seconds": "live.idle_timeout_seconds",
     "status_seconds": "live.status_seconds",
+    "after_read": "live.after_read",
+    "archive_dir": "live.archive_dir",
 }
 # Seconds may be fractional, whatever the default in the YAML file says.
-FLOAT_KEYS = (*FLAG_KEYS.values(), "live.flush_seconds", "live.settle_seconds")
+FLOAT_KEYS = (
+    *(key for key in FLAG_KEYS.values() if key.endswith("_seconds")),
+    "live.flush_seconds",
+    "live.settle_seconds",
+)
 
 
 def add_live_arguments(parser: argparse.ArgumentParser, follow_help: str) -> None:
@@ -34,6 +42,13 @@ def add_live_arguments(parser: argparse.ArgumentParser, follow_help: str) -> Non
     parser.add_argument(
         "--status_seconds", type=float, help="live.status_seconds (0: no status)"
     )
+    parser.add_argument(
+        "--after_read",
+        choices=ACTIONS,
+        help="live.after_read: what becomes of a followed file once the batch "
+        "that read it is committed (keep, delete, or archive into --archive_dir)",
+    )
+    parser.add_argument("--archive_dir", help="live.archive_dir")
 
 
 def disorder_of_generated(
@@ -52,11 +67,22 @@ def disorder_of_generated(
 
 
 def follow_settings(config: config_loader.Config) -> FollowSettings:
-    """How a followed input is polled and its watermark estimated."""
+    """How a followed input is polled, its watermark estimated, and what
+    becomes of its files once read."""
     live = config["live"]
     return FollowSettings(
         poll_seconds=live["poll_seconds"],
         max_disorder_seconds=live["max_disorder_seconds"],
         idle_timeout_seconds=live["idle_timeout_seconds"],
         settle_seconds=live["settle_seconds"],
+        after_read=after_read(live),
     )
+
+
+def after_read(live: dict) -> AfterRead:
+    """`live.after_read` and `live.archive_dir` (empty: none), checked: an
+    archive directory must exist (a mistyped one would refuse every file)."""
+    policy = AfterRead(live["after_read"], live["archive_dir"] or None)
+    if policy.action == ARCHIVE and not os.path.isdir(policy.archive_dir):
+        raise ValueError(f"--archive_dir {policy.archive_dir!r}: no such directory")
+    return policy

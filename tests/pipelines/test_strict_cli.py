@@ -82,6 +82,21 @@ def assert_usage_error(done, *expected):
         ),
         ("pipelines.photon", ["--pipeline_id", "a#b"], ["without '#'"]),
         ("pipelines.photon", ["--gc_days", "three"], ["--gc_days", "invalid int"]),
+        (
+            "pipelines.zeitgeist",
+            ["--after_read", "archive"],
+            ["after_read 'archive' needs an archive directory (--archive_dir)"],
+        ),
+        (
+            "pipelines.photon",
+            ["--after_read", "archive", "--archive_dir", "/no/such/dir"],
+            ["--archive_dir '/no/such/dir': no such directory"],
+        ),
+        (
+            "pipelines.zeitgeist",
+            ["--set", "live.archive_dir=/tmp"],
+            ["an archive directory is for after_read 'archive', not 'keep'"],
+        ),
     ],
 )
 def test_mistakes_are_one_line_and_exit_2(module, args, expected, tmp_path):

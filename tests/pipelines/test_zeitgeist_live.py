@@ -396,15 +396,20 @@ def test_the_live_generator_plays_until_stopped_and_a_restart_goes_on(tmp_path):
 
 
 def test_a_sigkill_mid_stream_and_a_restart_lose_nothing_and_repeat_nothing(tmp_path):
+    # Files read are archived, which the restart must not take for read
+    # unless the batch that read them was committed.
     stream = _stream()
     files = cut(stream.events, 4)
     batch = _batch_run(files, tmp_path)
     inbox, output = tmp_path / "inbox", tmp_path / "live"
+    archive = tmp_path / "archive"
     inbox.mkdir()
+    archive.mkdir()
+    archiving = ("--after_read=archive", f"--archive_dir={archive}")
     checkpoint = tmp_path / "checkpoint"
     for i, records in enumerate(files[:2]):
         drop_file(inbox, f"part{i}.jsonl", records)
-    job = _cli(output, inbox, checkpoint)
+    job = _cli(output, inbox, checkpoint, *archiving)
     _wait_for_more_counts(output, 0, timeout_s=180)
     for i, records in enumerate(files[2:], start=2):
         drop_file(inbox, f"part{i}.jsonl", records)
@@ -414,10 +419,11 @@ def test_a_sigkill_mid_stream_and_a_restart_lose_nothing_and_repeat_nothing(tmp_
     job.wait(timeout=60)
 
     killed_at = CheckpointDir(checkpoint).last_commit()[0]
-    job = _cli(output, inbox, checkpoint)
+    job = _cli(output, inbox, checkpoint, *archiving)
     # Running again: it has replayed or moved past the batch it died in.
     _wait_for(lambda: CheckpointDir(checkpoint).last_commit()[0] > killed_at + 1)
     _wait_until_quiet(output)
+    _wait_for(lambda: not list(inbox.iterdir()), timeout_s=30)
     job.send_signal(signal.SIGTERM)
     _, stderr = job.finish(timeout=120)
     assert job.returncode == 0, stderr[-4000:]
@@ -426,6 +432,11 @@ def test_a_sigkill_mid_stream_and_a_restart_lose_nothing_and_repeat_nothing(tmp_
     assert closed_through >= stream.spec.start_ms + DAY_MS - 15 * 60_000
     for name in OUTPUTS:
         assert live[name] == _up_to(batch[name], closed_through), name
+    # Each file archived once, under its own name: none left unread.
+    assert list(inbox.iterdir()) == []
+    assert sorted(p.name for p in archive.iterdir()) == [
+        f"part{i}.jsonl" for i in range(4)
+    ]
 
 
 def _start_on_a_quarter_day(tmp_path):

@@ -27,6 +27,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
 from runners.spark import SparkRunner
 from transforms.millwheel.event_time import to_millis, to_timestamp
+from transforms.records.after_read import AfterRead
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.followed_files import (
     FileListing,
@@ -323,6 +324,99 @@ def test_files_taken_out_of_a_directory_that_remains_are_forgotten(tmp_path):
     (tmp_path / "a.csv").unlink()
     _, _, rest = _poll(follow, rest)
     assert rest.seen == frozenset()
+
+
+def _follow_clearing(inbox, action: str, archive=None) -> FollowSearchQueries:
+    after_read = AfterRead(action, str(archive) if archive else None)
+    return FollowSearchQueries(
+        str(inbox / "*.csv"), settings=FollowSettings(after_read=after_read)
+    )
+
+
+def test_a_read_file_is_archived_at_the_poll_after_the_one_that_read_it(tmp_path):
+    inbox, archive = tmp_path / "inbox", tmp_path / "archive"
+    inbox.mkdir()
+    archive.mkdir()
+    (archive / "a.csv").write_text("archived earlier\n")
+    follow = _follow_clearing(inbox, "archive", archive)
+    (inbox / "a.csv").write_text(_CSV_HEADER + _csv_line("a-0", T0))
+    records, _, rest = _poll(follow, FollowedFiles())
+    # Its batch is not committed yet: were it to fail, the file is read again.
+    assert records == ["a-0"]
+    assert (inbox / "a.csv").exists()
+    (inbox / "b.csv").write_text(_CSV_HEADER + _csv_line("b-0", T0))
+    records, _, rest = _poll(follow, rest)
+    # The restriction this poll resumed from was committed with a.csv read.
+    assert records == ["b-0"]
+    assert sorted(p.name for p in inbox.iterdir()) == ["b.csv"]
+    assert (archive / "a.csv").read_text() == "archived earlier\n"
+    assert (archive / "a.csv.1").read_text() == _CSV_HEADER + _csv_line("a-0", T0)
+    # Forgotten as any file gone: the set of files read stays small.
+    assert {v.path for v in rest.seen} == {str(inbox / "b.csv")}
+    records, _, rest = _poll(follow, rest)
+    assert records == []
+    assert list(inbox.iterdir()) == [] and rest.seen == frozenset()
+
+
+def test_a_read_file_is_deleted_at_the_poll_after_the_one_that_read_it(tmp_path):
+    follow = _follow_clearing(tmp_path, "delete")
+    (tmp_path / "a.csv").write_text(_CSV_HEADER + _csv_line("a-0", T0))
+    records, _, rest = _poll(follow, FollowedFiles())
+    assert records == ["a-0"] and (tmp_path / "a.csv").exists()
+    records, _, rest = _poll(follow, rest)
+    assert records == [] and not (tmp_path / "a.csv").exists()
+    assert rest.seen == frozenset()
+
+
+def test_a_file_replaced_after_it_was_read_is_read_before_it_is_deleted(tmp_path):
+    # The new version under the old name has not been read: deleting it as
+    # the file read would lose its records.
+    follow = _follow_clearing(tmp_path, "delete")
+    path = tmp_path / "a.csv"
+    path.write_text(_CSV_HEADER + _csv_line("a-0", T0))
+    _settled(path)
+    _, _, rest = _poll(follow, FollowedFiles())
+    path.write_text(_CSV_HEADER + _csv_line("a-1", T0) + _csv_line("a-2", T0))
+    records, _, rest = _poll(follow, rest)
+    assert records == ["a-1", "a-2"] and path.exists()
+    records, _, rest = _poll(follow, rest)
+    assert records == [] and not path.exists()
+
+
+def test_a_read_file_the_file_system_refuses_to_move_stays_read(tmp_path):
+    inbox, archive = tmp_path / "inbox", tmp_path / "archive"
+    inbox.mkdir()
+    follow = _follow_clearing(inbox, "archive", archive)  # archive not there
+    (inbox / "a.csv").write_text(_CSV_HEADER + _csv_line("a-0", T0))
+    _, _, rest = _poll(follow, FollowedFiles())
+    records, _, rest = _poll(follow, rest)
+    # Neither moved nor forgotten, which would read it again.
+    assert records == [] and (inbox / "a.csv").exists()
+    assert {v.path for v in rest.seen} == {str(inbox / "a.csv")}
+    archive.mkdir()
+    records, _, rest = _poll(follow, rest)
+    assert records == [] and (archive / "a.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "action, archive_dir",
+    [("move", None), ("archive", None), ("delete", "/tmp"), ("keep", "/tmp")],
+)
+def test_an_after_read_policy_that_makes_no_sense_is_refused(action, archive_dir):
+    with pytest.raises(ValueError, match="after_read"):
+        AfterRead(action, archive_dir)
+
+
+def test_read_files_are_cleared_on_a_local_file_system_only():
+    settings = FollowSettings(after_read=AfterRead("delete"))
+    with pytest.raises(ValueError, match="local file system"):
+        FollowSearchQueries("gs://bucket/inbox/*.csv", settings=settings)
+
+
+def test_the_followed_directory_is_no_archive_for_its_own_files(tmp_path):
+    settings = FollowSettings(after_read=AfterRead("archive", f"{tmp_path}/."))
+    with pytest.raises(ValueError, match="would be read again"):
+        FollowSearchQueries(str(tmp_path / "*"), "csv", settings=settings)
 
 
 def test_a_file_waiting_to_be_read_keeps_the_input_from_being_idle(tmp_path):

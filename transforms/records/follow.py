@@ -47,6 +47,13 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   event time read, so the last windows of a quiet stream close. Replaying
   old files live thus gives the windows a batch run gives, whatever the
   clock says.
+- **Read files kept, deleted or archived.** By default a file read stays
+  where it is. With `after_read` (`AfterRead`) deleting it, or moving it
+  into an archive directory, it is cleared at the first poll after the
+  batch that read it is committed, so that a directory that keeps filling
+  is listed and checkpointed at the size of its unread files (the counters
+  `files_deleted`, `files_archived`; `files_not_cleared` for a file the
+  file system refused, which stays, known as read, and is tried again).
 - **Drain** (the runner's `drain()`) reads the files present at that moment
   and ends; the watermark then goes to the end of time, as in a batch run.
 
@@ -72,6 +79,7 @@ from google.protobuf.message import Message
 
 from transforms.millwheel.event_time import to_timestamp
 from transforms.millwheel.state_params import apply_with_state_params, path_param
+from transforms.records.after_read import AfterRead
 from transforms.records.dead_letters import Parser, counter
 
 # Checkpoints pickle a followed directory's restriction and watermark state
@@ -118,6 +126,7 @@ class FollowSettings:
     idle_timeout_seconds: float = 0.0  # 0: the watermark never jumps ahead
     # How long a file that does not end whole must stay unmodified to be read.
     settle_seconds: float = 5.0
+    after_read: AfterRead = AfterRead()
 
     def __post_init__(self) -> None:
         if self.poll_seconds <= 0:
@@ -169,6 +178,10 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
                 tracker.defer_remainder(Duration.of(self._settings.poll_seconds))
             return
         self._gone = False
+        if self._settings.after_read.clears:
+            # The restriction this bundle resumed from was committed with
+            # the outputs of the batch that read these files.
+            found -= self._clear(restriction.seen & found)
         if not tracker.try_claim(FileListing(found)):
             return
         read_before = {version.path for version in restriction.seen}
@@ -195,6 +208,32 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
     def setup(self) -> None:
         self._waiting: set[FileVersion] = set()
         self._gone = False  # whether the directory was missing at the last poll
+        self._refused: set[FileVersion] = set()  # read files not cleared, warned
+
+    def _clear(self, read: frozenset[FileVersion]) -> set[FileVersion]:
+        """Deletes or archives the files of `read`; returns those cleared.
+        One the file system refuses stays, still known as read, and is
+        tried again at the next poll; a process warns once for it."""
+        after_read = self._settings.after_read
+        cleared = set()
+        for version in sorted(read):
+            try:
+                if after_read.clear(*version):
+                    cleared.add(version)
+                    counter(after_read.counter_name).inc()
+            except OSError as error:
+                counter("files_not_cleared").inc()
+                if version not in self._refused:
+                    self._refused.add(version)
+                    _LOGGER.warning(
+                        "%s was read but cannot be %sd: %s; it stays, and is "
+                        "tried again at each poll",
+                        version.path,
+                        after_read.action,
+                        error,
+                    )
+        self._refused &= read
+        return cleared
 
     def _directory_gone(self) -> bool:
         """Whether the followed directory no longer exists. Each such poll
@@ -285,6 +324,7 @@ class FollowRecords(beam.PTransform):
     ) -> None:
         super().__init__()
         fmt = record_format(file_pattern, format)
+        _check_after_read(settings.after_read, file_pattern)
         self._pattern = file_pattern
         self._record_type = record_type
         self._follow = _FollowFilesFn(
@@ -304,6 +344,28 @@ class FollowRecords(beam.PTransform):
             "Follow",
             split_outputs(self._follow, self._record_type),
             {"file_pattern": path_param(self._pattern)},
+        )
+
+
+def _check_after_read(after_read: AfterRead, file_pattern: str) -> None:
+    """Refuses a policy that cannot clear `file_pattern`'s files, or whose
+    archive is the followed directory (its files would be read again)."""
+    if not after_read.clears:
+        return
+    if "://" in file_pattern:
+        raise ValueError(
+            f"after_read {after_read.action!r} clears files on a local file "
+            f"system, not under {file_pattern!r}"
+        )
+    directory = followed_directory(file_pattern)
+    if (
+        after_read.archive_dir
+        and directory is not None
+        and os.path.realpath(after_read.archive_dir) == os.path.realpath(directory)
+    ):
+        raise ValueError(
+            f"the archive directory {after_read.archive_dir!r} is the followed "
+            "directory: archived files would be read again"
         )
 
 
