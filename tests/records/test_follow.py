@@ -413,10 +413,14 @@ def test_read_files_are_cleared_on_a_local_file_system_only():
         FollowSearchQueries("gs://bucket/inbox/*.csv", settings=settings)
 
 
-def test_the_followed_directory_is_no_archive_for_its_own_files(tmp_path):
-    settings = FollowSettings(after_read=AfterRead("archive", f"{tmp_path}/."))
+@pytest.mark.parametrize(
+    "pattern, archive",
+    [("inbox/*", "inbox/."), ("*/*.csv", "archive"), ("in*/*.csv", "inbox2")],
+)
+def test_no_followed_directory_is_an_archive(tmp_path, pattern, archive):
+    settings = FollowSettings(after_read=AfterRead("archive", f"{tmp_path}/{archive}"))
     with pytest.raises(ValueError, match="would be read again"):
-        FollowSearchQueries(str(tmp_path / "*"), "csv", settings=settings)
+        FollowSearchQueries(f"{tmp_path}/{pattern}", "csv", settings=settings)
 
 
 def test_a_file_waiting_to_be_read_keeps_the_input_from_being_idle(tmp_path):

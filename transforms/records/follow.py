@@ -64,6 +64,7 @@ caps the records of a batch checkpoints between files, never inside one.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import logging
 import os
 import time
@@ -357,15 +358,15 @@ def _check_after_read(after_read: AfterRead, file_pattern: str) -> None:
             f"after_read {after_read.action!r} clears files on a local file "
             f"system, not under {file_pattern!r}"
         )
-    directory = followed_directory(file_pattern)
-    if (
-        after_read.archive_dir
-        and directory is not None
-        and os.path.realpath(after_read.archive_dir) == os.path.realpath(directory)
-    ):
+    # The pattern's directory part, a glob itself perhaps: an archive it
+    # matches would be followed too (matched as a string, where `*` also
+    # crosses a `/`, so that no such archive gets through).
+    followed = os.path.dirname(os.path.abspath(file_pattern))
+    archive = after_read.archive_dir
+    if archive and fnmatch.fnmatchcase(os.path.abspath(archive), followed):
         raise ValueError(
-            f"the archive directory {after_read.archive_dir!r} is the followed "
-            "directory: archived files would be read again"
+            f"the archive directory {archive!r} is followed by {file_pattern!r}: "
+            "archived files would be read again"
         )
 
 
