@@ -53,7 +53,7 @@ from pipelines import config as config_loader
 from pipelines.outputs import WriteOutputs, read_output, write_at_end, write_parts
 from pipelines.photon_flags import check_inputs, load_config, parse_args
 from pipelines.runner_choice import choose_runner
-from pipelines.summary import counter_totals, format_table
+from pipelines.summary import counter_totals, followed_files_rows, format_table
 from transforms.millwheel.event_time import WithEventTimestamps
 from transforms.photon import (
     DEAD_LETTERS,
@@ -260,6 +260,7 @@ def summary(result, token: str, elapsed_s: float, output: pathlib.Path) -> str:
     rows = [
         ("pipeline id (token)", token),
         ("records read", totals.get("millwheel.records/records_read", 0)),
+        *followed_files_rows(totals),
         ("queries stored", get("queries_stored")),
         ("clicks joined", get("clicks_joined")),
         ("  joined from state", get("joined_from_state")),

@@ -31,3 +31,21 @@ def format_table(title: str, rows: list[tuple[str, object]]) -> str:
     lines = [title, "-" * len(title)]
     lines += [f"{label:<{width}}  {value}" for label, value in rows]
     return "\n".join(lines)
+
+
+# A followed input's counters (`transforms.records.follow`), each shown
+# when the run has it: a run that followed no file has none.
+_FOLLOWED_FILES_ROWS = (
+    ("files read", "millwheel.records/files_followed"),
+    ("  read again (changed)", "millwheel.records/files_read_again"),
+    ("  deleted once read", "millwheel.records/files_deleted"),
+    ("  archived once read", "millwheel.records/files_archived"),
+    ("  refused deletion or move", "millwheel.records/files_not_cleared"),
+)
+
+
+def followed_files_rows(totals: dict[str, int]) -> list[tuple[str, int]]:
+    """The summary's rows on the files a live run followed."""
+    return [
+        (label, totals[name]) for label, name in _FOLLOWED_FILES_ROWS if name in totals
+    ]

@@ -46,7 +46,7 @@ from pipelines import cli, live, live_flags, zeitgeist_live
 from pipelines import config as config_loader
 from pipelines.outputs import WriteOutputs, read_output, write_at_end, write_parts
 from pipelines.runner_choice import choose_runner
-from pipelines.summary import counter_totals, format_table
+from pipelines.summary import counter_totals, followed_files_rows, format_table
 from pipelines.zeitgeist_flags import load_config, parse_args
 from transforms.millwheel.event_time import WithEventTimestamps
 from transforms.millwheel.lateness import LateDataPolicy
@@ -199,6 +199,7 @@ def summary(result, elapsed_s: float, output: pathlib.Path) -> str:
     )
     rows = [
         ("records read", get("millwheel.records/records_read")),
+        *followed_files_rows(totals),
         ("windows emitted", get("millwheel.zeitgeist/windows_emitted")),
         ("  of which zero-count", get("millwheel.zeitgeist/zero_windows_emitted")),
         ("spike episodes", get("millwheel.zeitgeist/spikes_detected")),

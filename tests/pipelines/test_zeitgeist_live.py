@@ -425,13 +425,18 @@ def test_a_sigkill_mid_stream_and_a_restart_lose_nothing_and_repeat_nothing(tmp_
     _wait_until_quiet(output)
     _wait_for(lambda: not list(inbox.iterdir()), timeout_s=30)
     job.send_signal(signal.SIGTERM)
-    _, stderr = job.finish(timeout=120)
+    stdout, stderr = job.finish(timeout=120)
     assert job.returncode == 0, stderr[-4000:]
     live = _outputs(output)
     closed_through = max(json.loads(c)["window_end"] for c in live[WINDOW_COUNTS])
     assert closed_through >= stream.spec.start_ms + DAY_MS - 15 * 60_000
     for name in OUTPUTS:
         assert live[name] == _up_to(batch[name], closed_through), name
+    # The summary counts committed batches: a file the killed job read in a
+    # batch it never committed is counted once, by the batch that read it
+    # again. (Its archiving is not counted if the killed job did it.)
+    assert re.search(r"^files read\s+4$", stdout, re.MULTILINE), stdout
+    assert re.search(r"^  archived once read\s+[0-4]$", stdout, re.MULTILINE), stdout
     # Each file archived once, under its own name: none left unread.
     assert list(inbox.iterdir()) == []
     assert sorted(p.name for p in archive.iterdir()) == [
