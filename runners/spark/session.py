@@ -11,6 +11,7 @@ import atexit
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import zipfile
@@ -119,19 +120,37 @@ def _launch_driver_jvm(conf: dict[str, str]) -> None:
     A stop sent to the job's whole process group, as `timeout`, a shell's
     job control or systemd send SIGTERM, must reach the Python driver alone:
     it stops the job after the running batch commits, then stops Spark. A
-    JVM in the group died at once (PySpark makes it ignore SIGINT only),
-    with its Python workers, and the stop ended in a Py4J traceback. The
+    JVM in the group died at once, with its Python workers, and the stop
+    ended in a Py4J traceback. The
     JVM still ends with the driver: it exits when the pipe from the driver
     closes, however the driver ends.
     """
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
+    from pyspark import SparkConf, SparkContext, java_gateway
 
     if SparkContext._gateway is not None:
         return
     spark_conf = SparkConf(loadDefaults=False).setAll(conf.items())
-    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    # PySpark starts the JVM with a `preexec_fn` (to ignore SIGINT), so
+    # Python fork()s, and a fork runs every fork handler of the process in
+    # the child. gRPC's, since grpcio 1.80, can crash that child before it
+    # runs java when the process holds channels, as the Photon command holds
+    # Bigtable's (grpc/grpc#43055): "Java gateway process exited before
+    # sending its port number". Without it Python makes the child with
+    # vfork(), which runs none; the JVM's own session already keeps a
+    # terminal's Ctrl-C from it.
+    popen, java_gateway.Popen = java_gateway.Popen, _popen_without_preexec
+    try:
+        gateway = java_gateway.launch_gateway(
+            spark_conf, popen_kwargs={"start_new_session": True}
+        )
+    finally:
+        java_gateway.Popen = popen
     SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _popen_without_preexec(args: list[str], **kwargs) -> subprocess.Popen:
+    kwargs.pop("preexec_fn", None)
+    return subprocess.Popen(args, **kwargs)
 
 
 def _quiet_accumulator_server(spark_context: SparkContext) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -469,3 +470,35 @@ def test_an_output_flattened_with_itself_is_there_twice():
         parts = _by_remainder(p)
         flat = (parts.r0, parts.r1, parts.r2, parts.r1) | beam.Flatten()
         assert_that(flat, equal_to([0, 1, 1, 2, 3, 4, 4, 5]))
+
+
+_START_SPARK_IN_A_FRESH_PROCESS = """
+import os, sys
+os.register_at_fork(after_in_child=lambda: open(sys.argv[1], "a").write("fork\\n"))
+from apache_beam.options.pipeline_options import PipelineOptions
+from runners.spark.options import SparkOptions
+from runners.spark.session import get_or_create_session
+options = PipelineOptions(["--spark_master_url=local[1]"]).view_as(SparkOptions)
+print(get_or_create_session(options).range(3).count())
+"""
+
+
+def test_the_driver_jvm_starts_without_running_fork_handlers(tmp_path):
+    # A fork() runs every fork handler of the process in the child, gRPC's
+    # among them, which since grpcio 1.80 can crash the child before it
+    # runs java when the process holds Bigtable channels, as the Photon
+    # command does when the runner starts Spark (grpc/grpc#43055): "Java
+    # gateway process exited before sending its port number", seen in CI.
+    # A child made without them (vfork) has nothing to crash on. Python's
+    # own handlers run in a forked child only: the marker says if one ran.
+    marker = tmp_path / "forked"
+    done = subprocess.run(
+        [sys.executable, "-c", _START_SPARK_IN_A_FRESH_PROCESS, str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYSPARK_PYTHON=sys.executable),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "3"
+    assert not marker.exists(), "the JVM was started by a fork() running handlers"
