@@ -30,19 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from apache_beam.runners.sdf_utils import (
-    RestrictionTrackerView,
-    ThreadsafeRestrictionTracker,
-)
-
+from testing import followed_polls
 from transforms.records.after_read import AfterRead
 from transforms.records.follow import FollowSearchQueries, FollowSettings
-from transforms.records.followed_files import (
-    FileVersion,
-    FollowedFiles,
-    FollowedFilesTracker,
-)
-from transforms.records.injector_watermark import InjectorState, InjectorWatermark
+from transforms.records.followed_files import FileVersion, FollowedFiles
 
 NEW_FILES_PER_POLL = 4
 T0_MS = 1_767_571_200_000
@@ -62,19 +53,12 @@ def versions(directory: Path, names: list[str]) -> frozenset[FileVersion]:
     )
 
 
-def poll(follow: FollowSearchQueries, restriction: FollowedFiles) -> tuple:
+def timed_poll(follow: FollowSearchQueries, restriction: FollowedFiles) -> tuple:
     """One poll: its seconds, and the restriction it leaves."""
-    fn = follow._follow
-    fn.setup()
-    watermark = InjectorWatermark(InjectorState(), FollowSettings())
-    tracker = ThreadsafeRestrictionTracker(FollowedFilesTracker(restriction))
     started = time.perf_counter()
-    records = list(
-        fn.process(None, tracker=RestrictionTrackerView(tracker), _watermark=watermark)
-    )
+    records, rest = followed_polls.poll(follow, restriction)
     seconds = time.perf_counter() - started
     assert len(records) == NEW_FILES_PER_POLL, len(records)
-    ((rest, _),) = [tracker.deferred_status()]
     return seconds, rest
 
 
@@ -90,7 +74,7 @@ def measure_keep(directory: Path, read: int, repeats: int) -> dict:
     write_files(directory, old + new)
     restriction = FollowedFiles(versions(directory, old))
     follow = FollowSearchQueries(str(directory / "*.jsonl"))
-    runs = [poll(follow, restriction) for _ in range(repeats)]
+    runs = [timed_poll(follow, restriction) for _ in range(repeats)]
     return summary([s for s, _ in runs], runs[-1][1])
 
 
@@ -103,7 +87,7 @@ def measure_cleared(directory: Path, repeats: int) -> dict:
     runs = []
     for _ in range(repeats):
         write_files(directory, before)  # read and committed at the poll before
-        runs.append(poll(follow, FollowedFiles(versions(directory, before))))
+        runs.append(timed_poll(follow, FollowedFiles(versions(directory, before))))
     return summary([s for s, _ in runs], runs[-1][1])
 
 

@@ -18,14 +18,11 @@ import zstandard
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pvalue import TaggedOutput
 from apache_beam.runners.runner import PipelineState
-from apache_beam.runners.sdf_utils import (
-    RestrictionTrackerView,
-    ThreadsafeRestrictionTracker,
-)
 from apache_beam.transforms.window import FixedWindows
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
 from runners.spark import SparkRunner
+from testing import followed_polls
 from transforms.millwheel.event_time import to_millis, to_timestamp
 from transforms.records.after_read import AfterRead
 from transforms.records.follow import FollowSearchQueries, FollowSettings
@@ -174,20 +171,14 @@ def _poll(
     """One poll of the followed directory: the record ids and dead-letter
     reasons it output, and the restriction it left for the next poll. The
     records' times go to `watermark`, as a runner sends them."""
-    fn = follow._follow
-    fn.setup()
     watermark = watermark or InjectorWatermark(InjectorState(), FollowSettings())
-    tracker = ThreadsafeRestrictionTracker(FollowedFilesTracker(restriction))
-    outputs = list(
-        fn.process(None, tracker=RestrictionTrackerView(tracker), _watermark=watermark)
-    )
+    outputs, rest = followed_polls.poll(follow, restriction, watermark)
     records = [o.value.record_id for o in outputs if not isinstance(o, TaggedOutput)]
     for output in outputs:
         if not isinstance(output, TaggedOutput):
             watermark.observe_timestamp(output.timestamp)
     dead = [o.value.reason for o in outputs if isinstance(o, TaggedOutput)]
-    deferred = tracker.deferred_status()
-    return records, dead, deferred[0] if deferred else None
+    return records, dead, rest
 
 
 def _settled(path, seconds: float = 60) -> None:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from transforms.records.followed_files import FileVersion
+
 KEEP = "keep"
 DELETE = "delete"
 ARCHIVE = "archive"
@@ -58,21 +60,22 @@ class AfterRead:
         """The counter of the files this policy cleared."""
         return "files_deleted" if self.action == DELETE else "files_archived"
 
-    def clear(self, path: str, size: int, last_updated: float) -> bool:
-        """Deletes or archives `path` if it is still the version that was
-        read (`size` and `last_updated`); returns whether it did. A file
-        replaced under the same name since is another, unread version, and
-        stays. Raises OSError when the file system refuses."""
+    def clear(self, read: FileVersion) -> bool:
+        """Deletes or archives the file of `read` if it is still that
+        version; returns whether it did. A file replaced under the same name
+        since is another, unread version, and stays. Raises OSError when the
+        file system refuses."""
         try:
-            now = os.stat(path)
+            now = os.stat(read.path)
         except FileNotFoundError:
             return False
-        if now.st_size != size or now.st_mtime != last_updated:
+        if now.st_size != read.size or now.st_mtime != read.last_updated:
             return False
         if self.action == DELETE:
-            os.remove(path)
+            os.remove(read.path)
         else:
-            os.rename(path, _free_name(self.archive_dir, os.path.basename(path)))
+            name = os.path.basename(read.path)
+            os.rename(read.path, _free_name(self.archive_dir, name))
         return True
 
 

@@ -219,7 +219,7 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
         cleared = set()
         for version in sorted(read):
             try:
-                if after_read.clear(*version):
+                if after_read.clear(version):
                     cleared.add(version)
                     counter(after_read.counter_name).inc()
             except OSError as error:
