@@ -50,6 +50,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines import cli, live, live_flags, photon_live
 from pipelines import config as config_loader
+from pipelines.output_pipelines import record_pipeline
 from pipelines.outputs import WriteOutputs, read_output, write_at_end, write_parts
 from pipelines.photon_flags import check_inputs, load_config, parse_args
 from pipelines.runner_choice import choose_runner
@@ -386,6 +387,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
         started = time.monotonic()
         with _pipeline_id_held(target, registry, token, output) as lost:
+            # Before any click is registered: photon_verify re-joins only
+            # the lost clicks of pipelines whose outputs it is given.
+            with cli.usage_errors():
+                record_pipeline(output, token)
             result = live.run_job(
                 pipeline,
                 streaming,

@@ -11,13 +11,17 @@ their registrations to itself and re-runs the join for them under its own
 token (`--pipeline_id`, default `<pipeline.id>-verify`, followed by the
 output directory), writing joined*.jsonl, unjoinable*.jsonl, wasted*.jsonl
 and dead_letters*.jsonl to a new OUTPUT/run-NNNN/. Run it once the pipelines
-have finished. Killed at any point, or run again, it joins no click twice
+have finished, with the output of every pipeline that shares the registry:
+it refuses a directory that holds no Photon output, and lost clicks of a
+pipeline none of the `--joined` directories records (`output_pipelines`),
+unless `--lost_output` names it as gone for good. Killed at any point, or run again, it joins no click twice
 and loses none (see `transforms.photon.verification`). `--dry_run` only
 reports. The Bigtable defaults to `$BIGTABLE_EMULATOR_HOST` with the project
 and instance `pipelines.photon` uses for its own emulator.
 """
 
 import argparse
+import collections
 import logging
 import os
 import pathlib
@@ -29,6 +33,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import cli, photon, photon_flags
+from pipelines.output_pipelines import RECORD, pipelines_of
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import format_table
@@ -67,6 +72,14 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         required=True,
         help="output directory of a Photon pipeline; repeatable",
     )
+    parser.add_argument(
+        "--lost_output",
+        action="append",
+        default=[],
+        metavar="PIPELINE_ID",
+        help="this pipeline's output is gone for good: re-join the clicks it "
+        "registered that no --joined directory holds; repeatable",
+    )
     parser.add_argument("--dry_run", action="store_true", help="only report")
     return parser.parse_known_args(argv)
 
@@ -99,6 +112,65 @@ def output_ids(directories: Iterable[str]) -> set[str]:
 def _runs(output: pathlib.Path) -> list[pathlib.Path]:
     """The run directories a verifier wrote under `output`, oldest first."""
     return sorted(output.glob("run-[0-9][0-9][0-9][0-9]"))
+
+
+def check_joined_directory(directory: str) -> None:
+    """Refuses a `--joined` directory that holds no Photon output: read as
+    an output that joined nothing, it would make every click its pipeline
+    registered look lost."""
+    folder = pathlib.Path(directory)
+    if not folder.is_dir():
+        raise cli.UsageError(f"--joined {directory!r} is not a directory")
+    if pipelines_of(folder) is None and not list(folder.glob(f"{JOINED}*.jsonl")):
+        raise cli.UsageError(
+            f"--joined {directory!r} holds no Photon output (no {RECORD}, "
+            f"no {JOINED}*.jsonl): give the --output directory of each pipeline"
+        )
+
+
+def covered_pipelines(directories: Iterable[str], registry: IdRegistry) -> set[str]:
+    """The pipeline ids whose output is among `directories`: those each one
+    records, or, for an output written before the record existed, the
+    holders of the clicks it joined."""
+    covered: set[str] = set()
+    for directory in map(pathlib.Path, directories):
+        recorded = pipelines_of(directory)
+        if recorded is None:
+            joined = [
+                ClickRef(j.click.click_id, j.click.event_time)
+                for folder in [directory, *_runs(directory)]
+                for j in read_output(folder, JOINED, JoinedClick)
+            ]
+            recorded = frozenset(registry.owners(joined).values())
+        covered |= recorded
+    return covered
+
+
+def refuse_unaccounted(
+    findings: Findings, covered: set[str], lost_outputs: Iterable[str]
+) -> None:
+    """Refuses to re-join clicks of a pipeline whose output was not given.
+
+    Their absence from the outputs given says nothing: the pipeline may
+    well have written them where the verifier did not look, and re-joining
+    them would output them twice. A verifier's clicks are always accounted
+    for, since its token names the directory it writes to."""
+    holders = collections.Counter(findings.lost.values())
+    missing = {
+        holder: count
+        for holder, count in sorted(holders.items())
+        if holder not in covered
+        and holder not in lost_outputs
+        and verified_into(holder) is None
+    }
+    if missing:
+        named = ", ".join(f"{count} of {holder!r}" for holder, count in missing.items())
+        raise cli.UsageError(
+            f"clicks registered but in no output given ({named}) were registered "
+            "by pipelines whose output is not among the --joined directories: "
+            "give each one's --output directory as --joined, or, if an output "
+            "is gone for good, name its pipeline with --lost_output"
+        )
 
 
 def find_lost_anywhere(
@@ -175,10 +247,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     if not args.queries or not args.clicks:
         raise cli.UsageError("--queries and --clicks are required")
     photon_flags.check_inputs(args)
-    for directory in args.joined:
-        if not pathlib.Path(directory).is_dir():
-            # Read as "no output", it would make every registered click look lost.
-            raise cli.UsageError(f"--joined {directory!r} is not a directory")
+    with cli.usage_errors():  # a damaged record of an output's pipelines
+        for directory in args.joined:
+            check_joined_directory(directory)
     config = photon_flags.load_config(args)
     output = pathlib.Path(args.output).resolve()
     name = args.pipeline_id or f"{config['pipeline']['id']}-verify"
@@ -202,6 +273,9 @@ def run(argv: Sequence[str] | None = None) -> int:
             for c in logged_clicks(args.clicks, args.input_format)
         ]
         findings = find_lost_anywhere(logged, [*args.joined, str(output)], registry)
+        refuse_unaccounted(
+            findings, covered_pipelines(args.joined, registry), args.lost_output
+        )
         if not args.dry_run:
             take_over_lost(findings, registry, token)
     finally:

@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
+from pipelines.output_pipelines import RECORD, record_pipeline
 from testing.photon_generator import PhotonSpec, generate
-from transforms.photon import BigtableTarget
+from transforms.photon import BigtableTarget, ClickRef, IdRegistry
 from transforms.photon.pipeline_lease import PipelineLease
 
 pytestmark = [pytest.mark.bigtable, pytest.mark.slow]
@@ -212,6 +213,83 @@ def test_verify_restores_clicks_lost_between_commit_and_write(
     union = collections.Counter(click_ids(crashed, "joined") + restored)
     assert set(union) == joinable
     assert set(union.values()) == {1}
+
+
+def verify_cli(logs, bigtable_instance, output, *extra):
+    return start_cli(
+        "pipelines.photon_verify",
+        *("--queries", logs["queries"], "--clicks", logs["clicks"]),
+        *("--output", str(output)),
+        *("--bigtable_project", bigtable_instance.project),
+        *("--bigtable_instance", bigtable_instance.instance_id),
+        *("--now_ms", str(logs["truth"]["now_ms"])),
+        *extra,
+    )
+
+
+def test_verify_refuses_outputs_that_are_not_the_registering_pipelines(
+    logs, bigtable_instance, tmp_path
+):
+    # Given a wrong --joined directory, every click the right one holds
+    # would look lost, and re-joining them would output each twice.
+    crashed = tmp_path / "crashed"
+    run_cli(
+        "pipelines.photon",
+        *pipeline_args(
+            logs,
+            bigtable_instance,
+            crashed,
+            "east",
+            "--fail_after_register_fraction",
+            "0.3",
+        ),
+    )
+    record = json.loads((crashed / RECORD).read_text())
+    assert record == {"pipeline_ids": ["east"]}
+    registry = IdRegistry(
+        BigtableTarget(bigtable_instance.project, bigtable_instance.instance_id),
+        GC_DAYS,
+    )
+    refs = [
+        ClickRef(row["click"]["click_id"], row["click"]["event_time"])
+        for row in read_jsonl(crashed, "joined")
+    ]
+    before = registry.owners(refs)
+    assert set(before.values()) == {"east"}
+
+    empty = tmp_path / "typo"
+    empty.mkdir()
+    north = tmp_path / "north"
+    north.mkdir()
+    record_pipeline(north, "north")
+    for joined, expected in [
+        (empty, f"--joined '{empty}' holds no Photon output"),
+        (north, "of 'east') were registered by pipelines whose output is not"),
+    ]:
+        process = verify_cli(
+            logs, bigtable_instance, tmp_path / "v", "--joined", str(joined)
+        )
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 2, stderr[-3000:]
+        assert "Traceback" not in stderr, stderr
+        assert expected in stderr.strip().splitlines()[-1]
+        assert registry.owners(refs) == before, "the refusal came after a take-over"
+        assert not (tmp_path / "v").exists()
+
+    # Said to be gone for good, east's output is not needed: every click
+    # east holds is re-joined, those `crashed` has included.
+    stdout = finish(
+        verify_cli(
+            logs,
+            bigtable_instance,
+            tmp_path / "v",
+            *("--joined", str(north), "--lost_output", "east"),
+        )
+    )
+    registry.close()
+    rejoined = set(click_ids(tmp_path / "v" / "run-0001", "joined"))
+    assert {ref.click_id for ref in refs} <= rejoined
+    assert summary_value(stdout, "taken over") == len(rejoined)
 
 
 def test_generated_run_matches_its_ground_truth(tmp_path):
