@@ -14,7 +14,13 @@ import pytest
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.records.readers import DEAD_LETTERS, RECORDS, ReadClickEvents
+from transforms.records.readers import (
+    DEAD_LETTERS,
+    RECORDS,
+    ReadClickEvents,
+    ReadSearchQueries,
+)
+from transforms.records.search_batches import ReadSearchBatches
 
 T = 1_700_000_000_000
 
@@ -181,3 +187,34 @@ def test_parquet_timestamps_python_cannot_hold_are_dead_letters(tmp_path):
             ),
             label="Reasons",
         )
+
+
+@pytest.mark.parametrize("columnar", [False, True], ids=["per_record", "columnar"])
+def test_a_parquet_file_compressed_whole_is_one_unreadable_letter(tmp_path, columnar):
+    # Before, the gzip stream could not seek to the footer, and the job
+    # failed with "I/O operation on closed file".
+    table = pa.table({"query": ["a", "b"], "event_time": [T, T], "count": [1, 1]})
+    plain = tmp_path / "searches.parquet"
+    pq.write_table(table, plain)
+    path = tmp_path / "searches.parquet.gz"
+    path.write_bytes(gzip.compress(plain.read_bytes()))
+    read = ReadSearchBatches if columnar else ReadSearchQueries
+    with test_pipeline.TestPipeline() as p:
+        out = p | read(str(path))
+        assert_that(
+            out[RECORDS] | beam.combiners.Count.Globally(),
+            equal_to([0]),
+            label="NoRecord",
+        )
+        assert_that(
+            out[DEAD_LETTERS] | beam.Map(lambda d: (d.source, d.reason)),
+            lambda letters: _says_decompress(letters, str(path)),
+            label="OneLetter",
+        )
+
+
+def _says_decompress(letters, source):
+    [(where, reason)] = letters
+    assert where == source
+    assert reason.startswith("unreadable file:"), reason
+    assert "compressed whole cannot be read, decompress it" in reason, reason

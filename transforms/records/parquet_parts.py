@@ -41,7 +41,9 @@ class SplitRowGroups(beam.DoFn):
     def process(self, readable_file: fileio.ReadableFile) -> Iterator[ParquetPart]:
         path = readable_file.metadata.path
         try:
-            with readable_file.open(mime_type=_MIME) as fh:
+            # As `ReadParquetPart` reads it: a Parquet file named ".gz" is
+            # not inflated (gzip is not seekable), and is reported unreadable.
+            with FileSystems.open(path, _MIME, _UNCOMPRESSED) as fh:
                 metadata = pq.ParquetFile(fh).metadata
         except (OSError, pa.ArrowException):
             # Left whole, so that reading it reports why it is unreadable.
@@ -67,7 +69,9 @@ class ReadParquetPart(beam.DoFn):
             with FileSystems.open(part.path, _MIME, _UNCOMPRESSED) as fh:
                 yield from self.read_row_group(reader, fh, part)
         except (OSError, pa.ArrowException) as e:
-            rejected = Rejected(UNREADABLE_FILE, f"unreadable file: {e}")
+            rejected = Rejected(
+                UNREADABLE_FILE, f"unreadable file: {e}{_hint(part.path)}"
+            )
             yield reader.dead(rejected, b"", reader.done + 1)
         counter("records_read").inc(reader.records_read)
 
@@ -76,3 +80,13 @@ class ReadParquetPart(beam.DoFn):
     ) -> Iterator[Any]:
         """The outputs of `part`'s rows, read from `fh` one row at a time."""
         return reader.read_parquet_row_group(fh, part.row_group, part.first_row)
+
+
+def _hint(path: str) -> str:
+    """Why a Parquet file named as compressed cannot be read."""
+    if CompressionTypes.detect_compression_type(path) == _UNCOMPRESSED:
+        return ""
+    return (
+        " (Parquet compresses inside the file: a Parquet file compressed whole "
+        "cannot be read, decompress it)"
+    )
