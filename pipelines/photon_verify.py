@@ -14,10 +14,11 @@ and dead_letters*.jsonl to a new OUTPUT/run-NNNN/. Run it once the pipelines
 have finished, with the output of every pipeline that shares the registry:
 it refuses a directory that holds no Photon output, and lost clicks of a
 pipeline none of the `--joined` directories records (`output_pipelines`),
-unless `--lost_output` names it as gone for good. Killed at any point, or run again, it joins no click twice
-and loses none (see `transforms.photon.verification`). `--dry_run` only
-reports. The Bigtable defaults to `$BIGTABLE_EMULATOR_HOST` with the project
-and instance `pipelines.photon` uses for its own emulator.
+unless `--lost_output` names it as gone for good. Killed at any point, or
+run again, it joins no click twice and loses none (see
+`transforms.photon.verification`). `--dry_run` only reports. The Bigtable
+defaults to `$BIGTABLE_EMULATOR_HOST` with the project and instance
+`pipelines.photon` uses for its own emulator.
 """
 
 import argparse

@@ -208,6 +208,12 @@ def summary(result, elapsed_s: float, output: pathlib.Path) -> str:
         ("duplicates dropped", get("millwheel.dedup/duplicates")),
         ("late searches", get("millwheel.zeitgeist/late_searches")),
         ("window corrections", get("millwheel.zeitgeist/window_corrections")),
+        # Shown only when it happened: sums past int64, never in real traffic.
+        *[
+            ("window counts saturated", saturated)
+            for saturated in [get("millwheel.zeitgeist/window_counts_saturated")]
+            if saturated
+        ],
         ("dead letters", dead),
         *_model_store_rows(totals),
         ("elapsed", f"{elapsed_s:.1f} s"),

@@ -141,12 +141,16 @@ def _run(
         for name, kind in OUTPUTS.items()
     }
     outputs["counters"] = _counters(result)
+    # How often a sum stopped at int64's largest depends on the bundles.
+    outputs["saturated"] = _counters(result, ("window_counts_saturated",))[
+        "window_counts_saturated"
+    ]
     return outputs
 
 
-def _counters(result) -> dict[str, int]:
-    """`COUNTERS` of a finished run, 0 where not counted."""
-    totals = dict.fromkeys(COUNTERS, 0)
+def _counters(result, names=COUNTERS) -> dict[str, int]:
+    """The counters `names` of a finished run, 0 where not counted."""
+    totals = dict.fromkeys(names, 0)
     query = MetricsFilter().with_namespace("millwheel.zeitgeist")
     for counter in result.metrics().query(query)["counters"]:
         name = counter.key.metric.name
@@ -275,3 +279,22 @@ def test_an_episode_still_open_at_the_end_is_summarised_on_both_paths(tmp_path):
     assert statuses == [EpisodeStatus.OPENED, EpisodeStatus.OPEN_AT_END]
     assert columnar["counters"]["episodes_open_at_end"] == 1
     assert columnar["counters"]["spikes_detected"] == 1
+
+
+def test_a_window_whose_counts_pass_int64_holds_the_largest_on_both_paths(tmp_path):
+    # Each count is valid, their sum is not an int64: Arrow's sum wrapped
+    # round to a negative count, and the per-row path failed the job.
+    start = 1_767_571_200_000
+    rows = [(start + i, 2**62) for i in range(3)] + [(start + WINDOW_MS, 5)]
+    path = tmp_path / "huge.parquet"
+    times, counts = zip(*rows, strict=True)
+    pq.write_table(
+        pa.table({"query": ["huge"] * 4, "event_time": times, "count": counts}), path
+    )
+    window = WindowParams(size_ms=WINDOW_MS)
+    per_row = _run(path, tmp_path / "rows", ReadSearchQueries, 0, window)
+    columnar = _run(path, tmp_path / "columnar", None, 0, window)
+    for outputs in (per_row, columnar):
+        counted = [WindowCount.FromString(w).count for w in outputs[WINDOW_COUNTS]]
+        assert sorted(counted) == [5, 2**63 - 1]
+        assert outputs["saturated"] >= 1

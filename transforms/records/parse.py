@@ -41,7 +41,7 @@ MIN_EVENT_TIME_MS = (MIN_EVENT_TIME - _EPOCH) // _MS
 MAX_EVENT_TIME_MS = (MAX_EVENT_TIME - _EPOCH) // _MS
 
 MAX_QUERY_CHARS = 1024
-_INT64_MAX = 2**63 - 1
+INT64_MAX = 2**63 - 1
 # Bounded so that int() never meets Python's digit limit; longer is out of
 # range anyway.
 _DECIMAL = re.compile(r"[+-]?[0-9]{1,30}")
@@ -168,7 +168,7 @@ def _count(row: Row) -> int | None:
         return None  # unset reads as the proto default, 1
     count = _as_int(value)
     # Zero is data: pre-aggregated feeds send it for a quiet bucket.
-    if count is None or not 0 <= count <= _INT64_MAX:
+    if count is None or not 0 <= count <= INT64_MAX:
         raise InvalidRecord(
             f"field 'count' must be a non-negative integer, got {_show(value)}"
         )

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from transforms.records.parse import (
+    INT64_MAX,
     MAX_EVENT_TIME_MS,
     MAX_QUERY_CHARS,
     MIN_EVENT_TIME_MS,
@@ -44,7 +45,6 @@ PYTHON_WHITESPACE = (
     "\u2028\u2029\u202f\u205f\u3000"
 )
 _NOT_BLANK = "[^" + "".join(f"\\x{{{ord(c):x}}}" for c in PYTHON_WHITESPACE) + "]"
-_INT64_MAX = 2**63 - 1
 _UNITS_PER_MS = {"us": 1000, "ns": 1_000_000}
 
 
@@ -179,7 +179,7 @@ def _counts(column: pa.Array) -> tuple[pa.Array, pa.Array]:
     """Counts (null where unset), and where they are unset or in range."""
     if pa.types.is_null(column.type):
         return pa.nulls(len(column), pa.int64()), pa.array(np.ones(len(column), bool))
-    in_range = pc.fill_null(_between(column, 0, _INT64_MAX), False)
+    in_range = pc.fill_null(_between(column, 0, INT64_MAX), False)
     ok = pc.or_(pc.is_null(column), in_range)
     return pc.if_else(in_range, column, None), ok
 

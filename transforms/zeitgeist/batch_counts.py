@@ -18,6 +18,7 @@ from apache_beam.transforms.window import BoundedWindow
 
 from transforms.millwheel.event_time import restamped, to_timestamp
 from transforms.records.zeitgeist_pb2 import SearchQuery
+from transforms.zeitgeist.count_sums import add_counts, may_pass_max
 from transforms.zeitgeist.keying import EMPTY_KEY, dead_search
 
 IDENTIFIED = "identified"
@@ -87,11 +88,13 @@ class PreCountSearches(beam.DoFn):
     ) -> Iterator[Any]:
         event_ms = table.column("event_time").to_numpy()[rows]
         counts = pc.fill_null(table.column("count"), 1).to_numpy()[rows]
+        row_keys = codes[rows]
+        row_starts = event_ms - event_ms % self._window_ms
         grouped = (
             pa.table(
                 {
-                    "key": codes[rows],
-                    "start": event_ms - event_ms % self._window_ms,
+                    "key": row_keys,
+                    "start": row_starts,
                     "count": counts,
                     "event_time": event_ms,
                 }
@@ -105,6 +108,9 @@ class PreCountSearches(beam.DoFn):
         key_codes = grouped.column("key").to_numpy()
         starts = grouped.column("start").to_numpy()
         sums = grouped.column("count_sum").to_numpy()
+        if may_pass_max(counts):
+            # Arrow's sums wrap round past int64; these few are redone.
+            sums = _saturated_sums(row_keys, row_starts, counts, key_codes, starts)
         firsts = grouped.column("event_time_min").to_numpy()
         order = np.argsort(key_codes, kind="stable")
         bounds = np.flatnonzero(np.diff(key_codes[order])) + 1
@@ -116,6 +122,22 @@ class PreCountSearches(beam.DoFn):
             earliest = int(firsts[key_rows].min())
             yield restamped((key, series), to_timestamp(earliest), window)
         yield beam.pvalue.TaggedOutput(LATEST, int(event_ms.max()))
+
+
+def _saturated_sums(
+    row_keys: np.ndarray,
+    row_starts: np.ndarray,
+    counts: np.ndarray,
+    keys: np.ndarray,
+    starts: np.ndarray,
+) -> np.ndarray:
+    """The sum of the rows' counts for each (key, start), by `add_counts`."""
+    sums: dict[tuple[int, int], int] = {}
+    rows = zip(row_keys.tolist(), row_starts.tolist(), counts.tolist(), strict=True)
+    for key, start, count in rows:
+        sums[key, start] = add_counts(sums.get((key, start), 0), count)
+    pairs = zip(keys.tolist(), starts.tolist(), strict=True)
+    return np.array([sums[pair] for pair in pairs], np.int64)
 
 
 def _searches(table: pa.Table, rows: np.ndarray) -> Iterator[tuple[int, SearchQuery]]:

@@ -25,6 +25,7 @@ from apache_beam.utils.timestamp import Timestamp
 
 from transforms.millwheel.event_time import last_instant, restamped, window_start
 from transforms.records.zeitgeist_pb2 import SearchQuery, WindowCount
+from transforms.zeitgeist.count_sums import add_counts
 from transforms.zeitgeist.params import WindowParams
 from transforms.zeitgeist.window_counter import LATE, METRICS_NAMESPACE, last_event_time
 
@@ -46,7 +47,7 @@ def series_windows(
     counts: dict[int, int] = {}
     for part in parts:
         for start, count in part:
-            counts[start] = counts.get(start, 0) + count
+            counts[start] = add_counts(counts.get(start, 0), count)
     starts = set(counts)
     for anchor in counts:
         # A zero-count window shows a dip only while the query is active;

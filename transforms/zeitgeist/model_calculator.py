@@ -17,9 +17,9 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from transforms.millwheel.sequencing import previous_window, release_in_sequence
 from transforms.records.zeitgeist_pb2 import ModelState, ModelUpdate, WindowCount
 from transforms.zeitgeist.forecast import Prediction, fold
+from transforms.zeitgeist.metrics import METRICS_NAMESPACE
 from transforms.zeitgeist.params import ModelParams, ModelStoreConfig
 
-METRICS_NAMESPACE = "millwheel.zeitgeist"
 # Models waiting for the end of the bundle are written early past this many
 # queries, which bounds the buffer's memory.
 MAX_UNSAVED_MODELS = 1000

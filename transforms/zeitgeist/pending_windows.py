@@ -16,6 +16,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
+from transforms.zeitgeist.count_sums import add_counts
+
 
 class PendingWindows:
     """Window starts (ms) and their counts, sorted by start."""
@@ -45,7 +47,7 @@ class PendingWindows:
             return
         merged = dict(zip(self._starts, self._counts, strict=True))
         for start, count in partials:
-            merged[start] = merged.get(start, 0) + count
+            merged[start] = add_counts(merged.get(start, 0), count)
         starts = sorted(merged)
         self._starts = array("q", starts)
         self._counts = array("q", (merged[s] for s in starts))

@@ -22,10 +22,10 @@ from transforms.records.zeitgeist_pb2 import (
 )
 from transforms.zeitgeist.confidence import Verdict, update_confidence
 from transforms.zeitgeist.episodes import advance, amended, ended_open
+from transforms.zeitgeist.metrics import METRICS_NAMESPACE
 from transforms.zeitgeist.params import DetectorParams
 
 SCORES = "scores"
-METRICS_NAMESPACE = "millwheel.zeitgeist"
 
 
 class SpikeDipDetector(beam.DoFn):

@@ -36,11 +36,12 @@ from transforms.millwheel.event_time import (
 from transforms.millwheel.lateness import Lateness
 from transforms.millwheel.state_params import apply_with_state_params
 from transforms.records.zeitgeist_pb2 import SearchQuery, WindowCount
+from transforms.zeitgeist.count_sums import add_counts
+from transforms.zeitgeist.metrics import METRICS_NAMESPACE
 from transforms.zeitgeist.params import WindowParams
 from transforms.zeitgeist.pending_windows import PendingWindows
 
 LATE = "late"
-METRICS_NAMESPACE = "millwheel.zeitgeist"
 # The count that marks a bounded input's end-of-input punctuation. Searches
 # never carry it: `KeyByQuery` dead-letters negative counts, and zero is data
 # (a quiet bucket of a pre-aggregated feed).
@@ -70,7 +71,7 @@ class CombineWithinBundle(beam.DoFn):
         if partial is None:
             self._partials[(key, start, window)] = [search.count, search.event_time]
         else:
-            partial[0] += search.count
+            partial[0] = add_counts(partial[0], search.count)
             partial[1] = min(partial[1], search.event_time)
 
     def finish_bundle(self):
@@ -180,7 +181,7 @@ class WindowCounter(beam.DoFn):
         """Fold a late count into an emitted window and re-emit it."""
         windows = retained.read() or {}
         previous, revision = windows.get(start, (0, 0))
-        windows[start] = (previous + count, revision + 1)
+        windows[start] = (add_counts(previous, count), revision + 1)
         retained.write(windows)
         self._corrections.inc()
         return (key, self._window_count(key, start, *windows[start]))

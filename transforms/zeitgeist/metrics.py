@@ -1,0 +1,3 @@
+"""The namespace of every Zeitgeist metric (what the summaries read)."""
+
+METRICS_NAMESPACE = "millwheel.zeitgeist"
