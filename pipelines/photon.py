@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import dataclasses
 import logging
+import os
 import pathlib
 import socket
 import sys
@@ -67,6 +68,7 @@ from transforms.photon import (
     RegistryLayout,
     RegistryParams,
 )
+from transforms.photon.bigtable_retry import BigtableUnavailable
 from transforms.photon.pipeline_lease import PipelineLease
 from transforms.photon.registration import check_token
 from transforms.records.follow import (
@@ -122,13 +124,58 @@ def bigtable_target(
     """The configured Bigtable, or an emulator started for the block."""
     with contextlib.ExitStack() as stack:
         project, instance = args.bigtable_project, args.bigtable_instance
-        if not project:
-            from testing.bigtable_emulator import BigtableEmulator
-
-            emulator = stack.enter_context(BigtableEmulator())
+        if project:
+            require_credentials(project)
+        else:
+            emulator = _emulator(config)
+            stack.callback(emulator.stop)
             _log.info("Bigtable emulator (%s) at %s", emulator.source, emulator.host)
             project, instance = LOCAL_BIGTABLE
         yield target_of(config, project, instance)
+
+
+def _emulator(config: config_loader.Config):
+    """A started emulator: the one `$BIGTABLE_EMULATOR_HOST` names, which
+    should be running already and gets the calls' deadline to answer, or
+    one launched here. Stop it when done."""
+    from testing.bigtable_emulator import ENV_VAR, BigtableEmulator
+
+    named = os.environ.get(ENV_VAR)
+    deadline_s = float(config["bigtable"]["deadline_seconds"])
+    emulator = BigtableEmulator(**({"startup_timeout": deadline_s} if named else {}))
+    try:
+        emulator.start()
+    except TimeoutError as error:
+        fix = f"start it, or unset {ENV_VAR} to have one started" if named else ""
+        raise BigtableUnavailable(f"{error}; {fix}".rstrip("; ")) from None
+    return emulator
+
+
+def require_credentials(project: str) -> None:
+    """Refuses a real Bigtable without Google credentials in one line, before
+    any client fails with a page of traceback."""
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    from testing.bigtable_emulator import ENV_VAR
+
+    if os.environ.get(ENV_VAR):
+        return  # Google's clients then talk to the emulator, without any.
+    # Its warning that no metadata server answered would come before the line.
+    probe_log = logging.getLogger("google.auth._default")
+    level = probe_log.level
+    probe_log.setLevel(logging.ERROR)
+    try:
+        google.auth.default()
+    except DefaultCredentialsError:
+        raise cli.UsageError(
+            f"no Google credentials for Bigtable project {project!r}: set "
+            "GOOGLE_APPLICATION_CREDENTIALS to a service account key or run "
+            "'gcloud auth application-default login', or point "
+            "BIGTABLE_EMULATOR_HOST at a Bigtable emulator"
+        ) from None
+    finally:
+        probe_log.setLevel(level)
 
 
 def target_of(

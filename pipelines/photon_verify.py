@@ -260,6 +260,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             "give --bigtable_project/--bigtable_instance, or set "
             "BIGTABLE_EMULATOR_HOST to the emulator the pipelines used"
         )
+    if args.bigtable_project:
+        photon.require_credentials(args.bigtable_project)
     project = args.bigtable_project or photon.LOCAL_BIGTABLE[0]
     instance = args.bigtable_instance or photon.LOCAL_BIGTABLE[1]
     target = photon.target_of(config, project, instance)
