@@ -99,13 +99,24 @@ class EvaluationReport:
         lines = [header]
         for label, score in [*rows, ("all", self.overall)]:
             delay = score.median_delay
+            # The vacuous 1.0 of nothing raised or nothing injected is shown
+            # as "-": a table of perfect scores over no episode misleads.
+            raised = score.true_positives + score.false_positives
+            injected = score.true_positives + score.false_negatives
+            precision = _shown(score.precision, raised, 11)
+            recall = _shown(score.recall, injected, 8)
+            f1 = _shown(score.f1, raised and injected, 7)
             lines.append(
                 f"{label:<6}{score.true_positives:>6}{score.false_negatives:>6}"
-                f"{score.false_positives:>6}{score.precision:>11.3f}"
-                f"{score.recall:>8.3f}{score.f1:>7.3f}"
+                f"{score.false_positives:>6}{precision}{recall}{f1}"
                 f"{'-' if delay is None else f'{delay:.1f}':>14}"
             )
         return "\n".join(lines)
+
+
+def _shown(value: float, counted: int, width: int) -> str:
+    """`value` to three places, or "-" when nothing was `counted`."""
+    return f"{value:>{width}.3f}" if counted else f"{'-':>{width}}"
 
 
 def evaluate(

@@ -176,3 +176,13 @@ def test_format_shows_one_row_per_kind_and_overall():
     ]
     assert lines[2].split() == ["DIP", "1", "1", "2", "0.333", "0.500", "0.400", "3.0"]
     assert lines[3].split() == ["all", "3", "1", "4", "0.429", "0.750", "0.545", "1.0"]
+
+
+def test_format_shows_no_score_where_nothing_was_raised_or_injected():
+    # A live demo stopped before its first injected episode: no TP, FN or
+    # FP. The vacuous 1.0 of the properties is not printed as a score.
+    nothing = evaluate([], [], window_ms=W).format().splitlines()
+    assert nothing[3].split() == ["all", "0", "0", "0", "-", "-", "-", "-"]
+    one_alarm = evaluate([anomaly("q1", zeitgeist_pb2.SPIKE, 0)], [], window_ms=W)
+    row = one_alarm.format().splitlines()[1].split()
+    assert row == ["SPIKE", "0", "0", "1", "0.000", "-", "-", "-"]
