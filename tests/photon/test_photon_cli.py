@@ -304,6 +304,12 @@ def test_generated_run_matches_its_ground_truth(tmp_path):
     assert summary_value(stdout, "missing") == 0
     assert summary_value(stdout, "output more than once") == 0
     assert sorted(click_ids(tmp_path, "joined")) == sorted(truth["joinable"])
+    # The Joiner's joins, of which the registry kept the clicks joined.
+    made = summary_value(stdout, "joins made")
+    assert made == summary_value(stdout, "  with the query in state") + summary_value(
+        stdout, "  with the query from the event store"
+    )
+    assert made >= summary_value(stdout, "clicks joined") == len(truth["joinable"])
 
 
 def test_logs_older_than_the_gc_horizon_by_the_wall_clock_get_a_warning(logs, tmp_path):
