@@ -4,12 +4,13 @@ in windows of the user's at expand, an element that is not a search as a
 dead letter with the reason."""
 
 import math
+import typing
 
 import apache_beam as beam
 import pytest
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
-from apache_beam.transforms.window import FixedWindows, TimestampedValue
+from apache_beam.transforms.window import FixedWindows
 from apache_beam.typehints.decorators import TypeCheckError
 
 from tests.zeitgeist.streaming import MINUTE, T0
@@ -95,11 +96,15 @@ def test_unkeyed_searches_into_count_windows_fail_at_expand():
 def test_elements_that_are_not_searches_and_times_in_seconds_are_dead_letters():
     good = SearchQuery(query="q", event_time=T0 + 1_000, count=2)
     in_seconds = SearchQuery(query="q", event_time=T0 // 1000)
+    # Beyond Beam's timestamps: stamping it failed the job.
+    far = SearchQuery(query="q", event_time=2**62)
     with test_pipeline.TestPipeline() as pipeline:
-        records = pipeline | beam.Create([good, {"query": "q"}, in_seconds])
-        # Stamped by hand: WithEventTimestamps would itself fail on the dict.
-        stamped = records | beam.Map(lambda e: TimestampedValue(e, T0 / 1000))
-        outputs = stamped | Zeitgeist(WINDOW)
+        # As the README's example feeds Zeitgeist; the dict, which has no
+        # event time, failed the job there. Untyped, as a source of mixed
+        # records is (a PCollection typed otherwise is refused at build).
+        mixed = [good, {"query": "q"}, in_seconds, far]
+        records = pipeline | beam.Create(mixed).with_output_types(typing.Any)
+        outputs = records | WithEventTimestamps() | Zeitgeist(WINDOW)
         reasons = outputs[DEAD_LETTERS] | beam.Map(lambda d: (d.reason, d.raw))
         assert_that(
             reasons,
@@ -110,6 +115,11 @@ def test_elements_that_are_not_searches_and_times_in_seconds_are_dead_letters():
                         "field 'event_time' must be between 2000-01-01 and "
                         f"2100-01-01 UTC, got {T0 // 1000}",
                         in_seconds.SerializeToString(),
+                    ),
+                    (
+                        "field 'event_time' must be between 2000-01-01 and "
+                        f"2100-01-01 UTC, got {2**62}",
+                        far.SerializeToString(),
                     ),
                 ]
             ),

@@ -5,6 +5,8 @@ protobuf, exact and cheap to compare). Beam timestamps are microseconds; these
 helpers are the one place where the two meet.
 """
 
+from typing import Any
+
 import apache_beam as beam
 from apache_beam.transforms.window import (
     BoundedWindow,
@@ -12,7 +14,7 @@ from apache_beam.transforms.window import (
     GlobalWindows,
     TimestampedValue,
 )
-from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 
@@ -88,7 +90,10 @@ class WithEventTimestamps(beam.PTransform):
 
     Sources stamp records with read time or file time; event-time windows,
     timers and the watermark need the time the event happened. The element
-    type is kept, so protobuf records keep their coder.
+    type is kept, so protobuf records keep their coder. An element without
+    an integer `event_time` that Beam can hold as a timestamp is left as it
+    came: Zeitgeist and Photon dead-letter it with the reason, where
+    stamping it would fail the job.
     """
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
@@ -97,5 +102,15 @@ class WithEventTimestamps(beam.PTransform):
         )
 
 
-def _stamp(record) -> TimestampedValue:
-    return TimestampedValue(record, to_timestamp(record.event_time))
+# Event times in ms that Beam can hold as timestamps.
+_FIRST_STAMPABLE_MS = -(-MIN_TIMESTAMP.micros // 1000)
+_LAST_STAMPABLE_MS = MAX_TIMESTAMP.micros // 1000
+
+
+def _stamp(record) -> Any:
+    event_time = getattr(record, "event_time", None)
+    if type(event_time) is not int:
+        return record
+    if not _FIRST_STAMPABLE_MS <= event_time <= _LAST_STAMPABLE_MS:
+        return record
+    return TimestampedValue(record, to_timestamp(event_time))
