@@ -16,6 +16,8 @@ from transforms.records.json_files import WriteJsonLineFiles
 from transforms.records.json_parts import WriteJsonLineParts
 
 M = TypeVar("M", bound=Message)
+# The HTML report `pipelines.report` writes beside the outputs.
+REPORT_NAME = "report.html"
 
 # Writes each PCollection under its path prefix.
 WriteOutputs = Callable[[dict[str, beam.PCollection]], None]

@@ -29,7 +29,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 
-from pipelines.outputs import read_output
+from pipelines.outputs import REPORT_NAME, read_output
 from transforms.records.zeitgeist_pb2 import (
     Anomaly,
     AnomalyKind,
@@ -37,7 +37,6 @@ from transforms.records.zeitgeist_pb2 import (
     WindowScore,
 )
 
-REPORT_NAME = "report.html"
 # Both names are the `Zeitgeist` transform's output tags, as the CLI's sinks.
 _SCORES = "scores"
 _ANOMALIES = "anomalies"

@@ -44,7 +44,13 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines import cli, live, live_flags, zeitgeist_live
 from pipelines import config as config_loader
-from pipelines.outputs import WriteOutputs, read_output, write_at_end, write_parts
+from pipelines.outputs import (
+    REPORT_NAME,
+    WriteOutputs,
+    read_output,
+    write_at_end,
+    write_parts,
+)
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import counter_totals, followed_files_rows, format_table
 from pipelines.zeitgeist_flags import load_config, parse_args
@@ -247,6 +253,27 @@ def evaluation(output: pathlib.Path, config: config_loader.Config) -> str:
     return evaluate(anomalies, episodes, window_ms).format()
 
 
+def warn_of_stale_outputs(
+    output: pathlib.Path, extra: Sequence[str], report: bool
+) -> None:
+    """Warns of optional outputs an earlier run left in `output` that this
+    run does not write: read beside the new ones, they pass for this run's.
+    """
+    stale = [
+        f"{name}*.jsonl"
+        for name in (WINDOW_COUNTS, SCORES)
+        if name not in extra and any(output.glob(f"{name}*.jsonl"))
+    ]
+    if not report and (output / REPORT_NAME).exists():
+        stale.append(REPORT_NAME)
+    if stale:
+        _log.warning(
+            "%s holds %s from an earlier run, which this run does not write",
+            output,
+            ", ".join(stale),
+        )
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
     config = load_config(args)
@@ -297,6 +324,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
         if wanted
     ]
+    warn_of_stale_outputs(output, extra, args.report)
     streaming = options.view_as(StandardOptions).streaming
     pipeline = beam.Pipeline(runner=runner, options=options)
     read: ReadInput | None = None

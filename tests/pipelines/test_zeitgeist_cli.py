@@ -35,6 +35,19 @@ def read_jsonl(folder, name):
     return rows
 
 
+def test_a_rerun_warns_of_outputs_an_earlier_run_left_and_it_does_not_write(
+    tmp_path,
+):
+    small = ("--output", str(tmp_path), "--num_queries", "2", "--days", "1")
+    first = run_cli(*small, "--write_window_counts", "--report")
+    assert "earlier run" not in first.stderr
+    again = run_cli(*small, "--write_window_counts")
+    warnings = [line for line in again.stderr.splitlines() if "earlier run" in line]
+    assert len(warnings) == 1
+    assert "scores*.jsonl, report.html from an earlier run" in warnings[0]
+    assert "window_counts" not in warnings[0]  # written again by this run
+
+
 @pytest.mark.slow
 def test_generated_stream_end_to_end(tmp_path):
     done = run_cli(
