@@ -149,8 +149,9 @@ def time_read_stage(source: pathlib.Path, repeats: int) -> dict[str, float]:
     metadata = pq.ParquetFile(source).metadata
     parts, first_row = [], 0
     for group in range(metadata.num_row_groups):
-        parts.append(ParquetPart(str(source), group, first_row))
-        first_row += metadata.row_group(group).num_rows
+        rows = metadata.row_group(group).num_rows
+        parts.append(ParquetPart(str(source), group, first_row, rows))
+        first_row += rows
     return _medians(
         {
             "read_table": lambda: pq.read_table(source),

@@ -55,7 +55,12 @@ from pipelines.output_pipelines import record_pipeline
 from pipelines.outputs import WriteOutputs, read_output, write_at_end, write_parts
 from pipelines.photon_flags import check_inputs, load_config, parse_args
 from pipelines.runner_choice import choose_runner
-from pipelines.summary import counter_totals, followed_files_rows, format_table
+from pipelines.summary import (
+    counter_totals,
+    followed_files_rows,
+    format_table,
+    unreadable_rows,
+)
 from transforms.millwheel.event_time import WithEventTimestamps
 from transforms.photon import (
     DEAD_LETTERS,
@@ -327,6 +332,7 @@ def summary(result, token: str, elapsed_s: float, output: pathlib.Path) -> str:
             "dead letters",
             totals.get("millwheel.records/dead_letters", 0) + get("dead_letters"),
         ),
+        *unreadable_rows(totals),
         ("elapsed", f"{elapsed_s:.1f} s"),
         ("output", str(output)),
     ]

@@ -49,3 +49,10 @@ def followed_files_rows(totals: dict[str, int]) -> list[tuple[str, int]]:
     return [
         (label, totals[name]) for label, name in _FOLLOWED_FILES_ROWS if name in totals
     ]
+
+
+def unreadable_rows(totals: dict[str, int]) -> list[tuple[str, int]]:
+    """The summary's row on the rows of unreadable Parquet row groups, each
+    group one dead letter; none when every group was read."""
+    rows = totals.get("millwheel.records/rows_unreadable", 0)
+    return [("  rows of unreadable row groups", rows)] if rows else []

@@ -52,7 +52,12 @@ from pipelines.outputs import (
     write_parts,
 )
 from pipelines.runner_choice import choose_runner
-from pipelines.summary import counter_totals, followed_files_rows, format_table
+from pipelines.summary import (
+    counter_totals,
+    followed_files_rows,
+    format_table,
+    unreadable_rows,
+)
 from pipelines.zeitgeist_flags import load_config, parse_args
 from transforms.millwheel.event_time import WithEventTimestamps
 from transforms.millwheel.lateness import LateDataPolicy
@@ -221,6 +226,7 @@ def summary(result, elapsed_s: float, output: pathlib.Path) -> str:
             if saturated
         ],
         ("dead letters", dead),
+        *unreadable_rows(totals),
         *_model_store_rows(totals),
         ("elapsed", f"{elapsed_s:.1f} s"),
         ("output", str(output)),

@@ -11,6 +11,7 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -218,3 +219,44 @@ def _says_decompress(letters, source):
     assert where == source
     assert reason.startswith("unreadable file:"), reason
     assert "compressed whole cannot be read, decompress it" in reason, reason
+
+
+@pytest.mark.parametrize("columnar", [False, True], ids=["per_record", "columnar"])
+def test_an_unreadable_row_group_is_one_letter_naming_its_rows(tmp_path, columnar):
+    # Five row groups of 1,000; the third's first page header is overwritten.
+    rows = 5_000
+    table = pa.table(
+        {
+            "query": [f"q{i % 7}" for i in range(rows)],
+            "event_time": [T + i for i in range(rows)],
+            "count": [1] * rows,
+        }
+    )
+    path = tmp_path / "searches.parquet"
+    pq.write_table(table, path, row_group_size=1_000, compression="NONE")
+    offset = pq.ParquetFile(path).metadata.row_group(2).column(1).data_page_offset
+    data = bytearray(path.read_bytes())
+    data[offset : offset + 200] = b"\xff" * 200
+    path.write_bytes(bytes(data))
+    read = ReadSearchBatches if columnar else ReadSearchQueries
+    pipeline = test_pipeline.TestPipeline()
+    out = pipeline | read(str(path))
+    if columnar:
+        counted = (
+            out[RECORDS] | beam.Map(lambda t: t.num_rows) | beam.CombineGlobally(sum)
+        )
+    else:
+        counted = out[RECORDS] | beam.combiners.Count.Globally()
+    assert_that(counted, equal_to([4_000]), label="Read")
+    assert_that(
+        out[DEAD_LETTERS] | beam.Map(lambda d: (d.location, d.reason.split(": ")[1])),
+        equal_to(
+            [("row 2001", "row group 3 (rows 2001 to 3000, 1000 rows) cannot be read")]
+        ),
+        label="OneLetter",
+    )
+    result = pipeline.run()
+    result.wait_until_finish()
+    metric = MetricsFilter().with_name("rows_unreadable")
+    [unreadable] = result.metrics().query(metric)["counters"]
+    assert unreadable.committed == 1_000

@@ -28,11 +28,13 @@ _UNCOMPRESSED = CompressionTypes.UNCOMPRESSED
 
 
 class ParquetPart(NamedTuple):
-    """One row group of a Parquet file; `row_group` None means the whole file."""
+    """One row group of a Parquet file; `row_group` None means the whole file,
+    whose rows are not known (`rows` None)."""
 
     path: str
     row_group: int | None
     first_row: int
+    rows: int | None = None
 
 
 class SplitRowGroups(beam.DoFn):
@@ -51,8 +53,9 @@ class SplitRowGroups(beam.DoFn):
             return
         first_row = 0
         for group in range(metadata.num_row_groups):
-            yield ParquetPart(path, group, first_row)
-            first_row += metadata.row_group(group).num_rows
+            rows = metadata.row_group(group).num_rows
+            yield ParquetPart(path, group, first_row, rows)
+            first_row += rows
 
 
 class ReadParquetPart(beam.DoFn):
@@ -69,10 +72,11 @@ class ReadParquetPart(beam.DoFn):
             with FileSystems.open(part.path, _MIME, _UNCOMPRESSED) as fh:
                 yield from self.read_row_group(reader, fh, part)
         except (OSError, pa.ArrowException) as e:
-            rejected = Rejected(
-                UNREADABLE_FILE, f"unreadable file: {e}{_hint(part.path)}"
-            )
-            yield reader.dead(rejected, b"", reader.done + 1)
+            reason = f"{_unread(part, reader.done)}: {e}{_hint(part.path)}"
+            yield reader.dead(Rejected(UNREADABLE_FILE, reason), b"", reader.done + 1)
+            if part.rows is not None:
+                # One dead letter stands for them all; the metric says how many.
+                counter("rows_unreadable").inc(part.first_row + part.rows - reader.done)
         counter("records_read").inc(reader.records_read)
 
     def read_row_group(
@@ -80,6 +84,17 @@ class ReadParquetPart(beam.DoFn):
     ) -> Iterator[Any]:
         """The outputs of `part`'s rows, read from `fh` one row at a time."""
         return reader.read_parquet_row_group(fh, part.row_group, part.first_row)
+
+
+def _unread(part: ParquetPart, done: int) -> str:
+    """What of `part` could not be read, `done` rows of the file being read."""
+    if part.rows is None:
+        return "unreadable file"
+    last = part.first_row + part.rows
+    return (
+        f"unreadable file: row group {part.row_group + 1} (rows {done + 1} to "
+        f"{last}, {last - done} rows) cannot be read"
+    )
 
 
 def _hint(path: str) -> str:
