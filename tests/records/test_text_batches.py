@@ -253,12 +253,19 @@ def test_every_kind_of_csv_row_is_read_as_line_by_line(tmp_path, ending, bom):
         b'"query,event_time',  # broken quoting
         b"query,time,count",  # no event_time column
         b"event_time",  # no query column
+        b"Query,Event_Time,Count,Record_Id,Source",  # names of another case
+        b"query;event_time;count;record_id;source",  # another separator
+        None,  # no header at all: the first row is taken for one
         b",".join([b"query", b"event_time"] + [b"c%d" % i for i in range(120)]),
     ],
 )
 def test_files_whose_header_is_not_plain_are_read_line_by_line(tmp_path, header):
-    path = _write(tmp_path / "h.csv", [b"", header, *CSV_LINES])
-    _assert_same(path, "csv")
+    lines = [b"", header, *CSV_LINES] if header else [b"", *CSV_LINES]
+    path = _write(tmp_path / "h.csv", lines)
+    searches, dead, _ = _assert_same(path, "csv")
+    # No row is read, and every line is a dead letter, the header's too.
+    assert not searches
+    assert len(dead) == sum(1 for line in lines if line.strip())
 
 
 def test_a_quoted_field_over_the_csv_modules_limit_is_refused_as_there(tmp_path):
@@ -689,6 +696,7 @@ def test_fuzzed_files_are_read_as_line_by_line(
 def test_pipeline_reads_text_as_the_per_line_reader_does(tmp_path):
     _write(tmp_path / "a.jsonl", JSONL_LINES, b"\r\n", bom=True)
     _write(tmp_path / "b.csv", [CSV_HEADER, *CSV_LINES])
+    _write(tmp_path / "no_header.csv", CSV_LINES)
     (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(b"\n".join(JSONL_LINES)))
     for pattern, fmt in [("*.jsonl*", "jsonl"), ("*.csv", "csv")]:
         expected = ([], [])

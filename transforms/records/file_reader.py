@@ -28,6 +28,7 @@ from transforms.records.dead_letters import (
     row_raw,
 )
 from transforms.records.lines import RAW_LIMIT_BYTES, csv_fields, split_lines
+from transforms.records.parse import required_fields
 
 FORMATS = ("jsonl", "csv", "parquet")
 
@@ -111,11 +112,13 @@ class FileReader:
         (yielding the header's own dead letter)."""
         for line_no, line, length in lines:  # the first non-blank line only
             try:
-                return _csv_header(self._csv_fields(line, length))
+                fields = self._csv_fields(line, length)
+                return _csv_header(fields, required_fields(self.parser))
             except Rejected as rejected:
                 bad = Rejected(CSV_HEADER, f"bad CSV header: {rejected.reason}")
                 yield self.dead(bad, line, line_no)
-                # Its columns are unknown, so no later row can be read either.
+                # Without its columns, or the required ones, no later row
+                # can be read either.
                 return Rejected(
                     CSV_HEADER, f"no usable CSV header: line {line_no} was rejected"
                 )
@@ -184,9 +187,21 @@ class FileReader:
         return message
 
 
-def _csv_header(fields: list[str]) -> list[str]:
+def _csv_header(fields: list[str], required: tuple[str, ...]) -> list[str]:
+    """The column names of a header line's `fields`, which must name each
+    of the `required` fields once."""
     header = [name.strip() for name in fields]
     for name in header:
         if header.count(name) > 1:
             raise Rejected(CSV_HEADER, f"CSV header repeats column {name!r}")
+    # A file without a header (or with one of other names) would otherwise
+    # lose its first row, taken for the header, and reject every other row
+    # for a missing field.
+    missing = [name for name in required if name not in header]
+    if missing:
+        names = ", ".join(map(repr, missing))
+        raise Rejected(
+            CSV_HEADER,
+            f"CSV header lacks the required column(s) {names}: is the header missing?",
+        )
     return header

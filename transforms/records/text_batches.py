@@ -52,8 +52,8 @@ time of the common form `iso_times.iso_millis` converts as the parser does
 of up to 6 digits and an optional "Z", "+HH:MM" or "+HHMM" zone, no
 surrounding spaces), or whose `count` is neither a plain integer nor
 empty, is left to the per-line path. A file
-whose header is bad, names no `query` or `event_time` column, or has more
-than `_MAX_CSV_COLUMNS` columns is read line by line.
+whose header is bad (it names no `query` or `event_time` column, say) or
+has more than `_MAX_CSV_COLUMNS` columns is read line by line.
 """
 
 from __future__ import annotations
@@ -327,9 +327,10 @@ class _Csv:
         self._wanted = {
             name: self._names[names.index(name)] for name in _FIELDS if name in names
         }
-        usable = {"query", "event_time"} <= self._wanted.keys()
+        # `FileReader.csv_header` refuses a header without `query` and
+        # `event_time`, so `_wanted` has both if there are `names`.
         self._row = None
-        if usable and len(names) <= _MAX_CSV_COLUMNS:
+        if names and len(names) <= _MAX_CSV_COLUMNS:
             self._row = f"^{_CSV_FIELD}(?:,{_CSV_FIELD}){{{len(names) - 1}}}$"
 
     def eligible(self, texts: pa.Array) -> np.ndarray:
