@@ -193,7 +193,9 @@ def test_csv_bad_header_and_bad_quoting_become_dead_letters(tmp_path):
     dup = tmp_path / "dup.csv"
     dup.write_bytes(b"\nquery,query,event_time\nx,y,1700000000000\n")
     quotes = tmp_path / "quotes.csv"
-    quotes.write_bytes(b'query,event_time\n"open,1700000000000\nok,1700000000000\n')
+    quotes.write_bytes(
+        b'query,event_time\n"open,1700000000000\nrest",1\nok,1700000000000\n'
+    )
 
     with test_pipeline.TestPipeline() as p:
         out = p | ReadRecords(str(tmp_path / "*.csv"), parse_search_query, SearchQuery)
@@ -222,8 +224,17 @@ def test_csv_bad_header_and_bad_quoting_become_dead_letters(tmp_path):
                     (
                         str(quotes),
                         "line 2",
-                        "invalid CSV: unexpected end of data",
+                        "invalid CSV: a quoted field is still open at the end "
+                        "of the line (quoted fields may not hold line breaks)",
                         b'"open,1700000000000',
+                        "SearchQuery",
+                    ),
+                    (
+                        str(quotes),
+                        "line 3",
+                        "invalid CSV: continues the quoted field left open on "
+                        "line 2 (quoted fields may not hold line breaks)",
+                        b'rest",1',
                         "SearchQuery",
                     ),
                 ]
@@ -492,6 +503,51 @@ def test_a_csv_file_without_its_header_loses_no_line(tmp_path, record_type, head
 
     # Every line is accounted for, and counted.
     assert _run(p) == {"dead_letters": len(lines), "dead_letter_csv_header": len(lines)}
+
+
+@pytest.mark.parametrize("record_type", list(CSV_TYPES))
+def test_csv_lines_continuing_an_open_quoted_field_are_dead_letters(
+    tmp_path, record_type
+):
+    reader, columns, rest = CSV_TYPES[record_type]
+    firsts = ["before", '"multi\nline"', '"say ""hi"""', '"three\nline\nrecord"']
+    lines = [
+        ",".join(columns),
+        *(f"{first},{rest}" for first in firsts),
+        "after," + rest,
+    ]
+    path = tmp_path / "in.csv"
+    path.write_text("\n".join(lines) + "\n")
+    raw = path.read_bytes().splitlines()
+
+    p, records, dead = _read_csv(reader, path)
+    assert_that(records, equal_to(["before", 'say "hi"', "after"]), label="Records")
+
+    def letter(n, reason):
+        return (str(path), f"line {n}", reason, raw[n - 1], record_type)
+
+    left_open = (
+        "invalid CSV: a quoted field is still open at the end of the line "
+        "(quoted fields may not hold line breaks)"
+    )
+    continues = (
+        "invalid CSV: continues the quoted field left open on line {} "
+        "(quoted fields may not hold line breaks)"
+    )
+    expected = [
+        letter(3, left_open),
+        letter(4, continues.format(3)),
+        letter(6, left_open),
+        letter(7, continues.format(6)),
+        letter(8, continues.format(6)),
+    ]
+    assert_that(dead, equal_to(expected), label="Dead")
+
+    assert _run(p) == {
+        "records_read": 3,
+        "dead_letters": 5,
+        "dead_letter_invalid_csv": 5,
+    }
 
 
 @pytest.mark.parametrize(
