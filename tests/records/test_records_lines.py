@@ -6,7 +6,13 @@ import io
 import pytest
 
 from transforms.records import lines
-from transforms.records.lines import RAW_LIMIT_BYTES, csv_fields, split_lines
+from transforms.records.lines import (
+    RAW_LIMIT_BYTES,
+    QuoteLeftOpen,
+    csv_fields,
+    quote_left_open,
+    split_lines,
+)
 
 
 def split(data: bytes, max_line_bytes: int = 100) -> list[tuple[int, bytes, int]]:
@@ -86,3 +92,31 @@ def test_csv_fields_split_plain_and_quoted_lines():
 def test_csv_fields_rejects_broken_quoting(text):
     with pytest.raises(csv.Error):
         csv_fields(text)
+
+
+@pytest.mark.parametrize("text", ['"open', 'a,"b""c', 'a"b,"c', '"\udcff'])
+def test_csv_fields_says_when_a_quoted_field_is_left_open(text):
+    with pytest.raises(QuoteLeftOpen, match="may not hold line breaks"):
+        csv_fields(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "in_quote", "left_open"),
+    [
+        ("plain,row", False, False),
+        ('"say ""hi""",x', False, False),
+        ('a"b,c', False, False),  # a quote inside an unquoted field
+        ('a,"open', False, True),
+        ('a"b,"open', False, True),
+        ('"a"b,"c', False, False),  # refused mid-line: the record ends there
+        ("more text, no quote", True, True),
+        ('closing",1,2', True, False),
+        ('escaped "" quote', True, True),
+        ('closed", then,"reopened', True, True),
+        ('""', True, True),  # an escaped quote, not a close
+        ('closed"x,1', True, False),  # refused after closing
+        ("", True, True),
+    ],
+)
+def test_quote_left_open_follows_a_quoted_field_across_lines(text, in_quote, left_open):
+    assert quote_left_open(text, in_quote) is left_open

@@ -12,6 +12,7 @@ from transforms.records.parse import (
     parse_click_event,
     parse_query_event,
     parse_search_query,
+    required_fields,
 )
 
 T = 1700000000000  # 2023-11-14T22:13:20Z
@@ -294,3 +295,51 @@ def test_click_event_with_all_fields():
 )
 def test_bad_click_events(row, reason):
     assert rejected(parse_click_event, row) == reason
+
+
+# Each parser with a row of every field it reads (CSV gives only strings).
+FULL_ROWS = [
+    (
+        parse_search_query,
+        {"query": "q", "event_time": str(T), "record_id": "r", "count": "2"},
+    ),
+    (
+        parse_query_event,
+        {
+            "query_id": "q",
+            "event_time": str(T),
+            "query_text": "t",
+            "advertiser_id": "a",
+            "ad_id": "d",
+            "record_id": "r",
+        },
+    ),  # fmt: skip
+    (
+        parse_click_event,
+        {
+            "click_id": "c",
+            "query_id": "q",
+            "event_time": str(T),
+            "ad_id": "d",
+            "record_id": "r",
+        },
+    ),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize(("parser", "row"), FULL_ROWS)
+def test_required_fields_are_those_the_parser_cannot_do_without(parser, row):
+    # What a CSV header is checked for must be exactly what the parser
+    # refuses a row without: no more, or good files would be refused.
+    required = required_fields(parser)
+    assert set(required) < set(row)
+    for name in row:
+        rest = {k: v for k, v in row.items() if k != name}
+        if name in required:
+            assert rejected(parser, rest) == f"missing field {name!r}"
+        else:
+            parser(rest)
+
+
+def test_other_parsers_require_nothing_known():
+    assert required_fields(lambda row: SearchQuery()) == ()

@@ -193,7 +193,9 @@ def test_csv_bad_header_and_bad_quoting_become_dead_letters(tmp_path):
     dup = tmp_path / "dup.csv"
     dup.write_bytes(b"\nquery,query,event_time\nx,y,1700000000000\n")
     quotes = tmp_path / "quotes.csv"
-    quotes.write_bytes(b'query,event_time\n"open,1700000000000\nok,1700000000000\n')
+    quotes.write_bytes(
+        b'query,event_time\n"open,1700000000000\nrest",1\nok,1700000000000\n'
+    )
 
     with test_pipeline.TestPipeline() as p:
         out = p | ReadRecords(str(tmp_path / "*.csv"), parse_search_query, SearchQuery)
@@ -222,8 +224,17 @@ def test_csv_bad_header_and_bad_quoting_become_dead_letters(tmp_path):
                     (
                         str(quotes),
                         "line 2",
-                        "invalid CSV: unexpected end of data",
+                        "invalid CSV: a quoted field is still open at the end "
+                        "of the line (quoted fields may not hold line breaks)",
                         b'"open,1700000000000',
+                        "SearchQuery",
+                    ),
+                    (
+                        str(quotes),
+                        "line 3",
+                        "invalid CSV: continues the quoted field left open on "
+                        "line 2 (quoted fields may not hold line breaks)",
+                        b'rest",1',
                         "SearchQuery",
                     ),
                 ]
@@ -416,6 +427,127 @@ def test_photon_readers(tmp_path):
             ),
             label="ClickLetters",
         )
+
+
+# Per record type: its reader, its CSV columns (the required ones first),
+# and the text of a row after its first field.
+CSV_TYPES = {
+    "SearchQuery": (ReadSearchQueries, ["query", "event_time", "record_id", "count"],
+                    "1700000000000,r1,1"),
+    "QueryEvent": (ReadQueryEvents, ["query_id", "event_time"], "1700000000000"),
+    "ClickEvent": (ReadClickEvents, ["click_id", "query_id", "event_time"],
+                   "q-1,1700000000000"),
+}  # fmt: skip
+REQUIRED = {
+    "SearchQuery": ["query", "event_time"],
+    "QueryEvent": ["query_id", "event_time"],
+    "ClickEvent": ["click_id", "query_id", "event_time"],
+}
+
+
+def _read_csv(reader, path):
+    """A pipeline reading `path`: (first field of each record, dead
+    letters as `letters` gives them); run it to check them."""
+    p = beam.Pipeline()
+    out = p | reader(str(path))
+    first = out[RECORDS] | beam.Map(lambda m: getattr(m, m.ListFields()[0][0].name))
+    return p, first, letters(out)
+
+
+def _run(p) -> dict[str, int]:
+    result = p.run()
+    result.wait_until_finish()
+    return counters(result)
+
+
+@pytest.mark.parametrize("record_type", list(CSV_TYPES))
+@pytest.mark.parametrize("header", ["none", "other case", "semicolons", "partial"])
+def test_a_csv_file_without_its_header_loses_no_line(tmp_path, record_type, header):
+    reader, columns, rest = CSV_TYPES[record_type]
+    missing = REQUIRED[record_type]
+    first_line = {
+        "other case": ",".join(name.title() for name in columns),
+        "semicolons": ";".join(columns),
+        "partial": ",".join(columns).replace("event_time", "time"),
+    }.get(header)
+    if header == "partial":
+        missing = ["event_time"]
+    rows = [f"a-{i},{rest}" for i in range(3)]
+    lines = [first_line, *rows] if first_line else rows
+    path = tmp_path / "in.csv"
+    path.write_text("".join(line + "\n" for line in lines))
+    names = ", ".join(repr(name) for name in missing)
+
+    p, records, dead = _read_csv(reader, path)
+    assert_that(records, equal_to([]), label="Records")
+    expected = [
+        (
+            str(path),
+            "line 1",
+            f"bad CSV header: CSV header lacks the required column(s) {names}: "
+            "is the header missing?",
+            lines[0].encode(),
+            record_type,
+        )
+    ] + [
+        (
+            str(path),
+            f"line {n}",
+            "no usable CSV header: line 1 was rejected",
+            line.encode(),
+            record_type,
+        )
+        for n, line in enumerate(lines[1:], 2)
+    ]
+    assert_that(dead, equal_to(expected), label="Dead")
+
+    # Every line is accounted for, and counted.
+    assert _run(p) == {"dead_letters": len(lines), "dead_letter_csv_header": len(lines)}
+
+
+@pytest.mark.parametrize("record_type", list(CSV_TYPES))
+def test_csv_lines_continuing_an_open_quoted_field_are_dead_letters(
+    tmp_path, record_type
+):
+    reader, columns, rest = CSV_TYPES[record_type]
+    firsts = ["before", '"multi\nline"', '"say ""hi"""', '"three\nline\nrecord"']
+    lines = [
+        ",".join(columns),
+        *(f"{first},{rest}" for first in firsts),
+        "after," + rest,
+    ]
+    path = tmp_path / "in.csv"
+    path.write_text("\n".join(lines) + "\n")
+    raw = path.read_bytes().splitlines()
+
+    p, records, dead = _read_csv(reader, path)
+    assert_that(records, equal_to(["before", 'say "hi"', "after"]), label="Records")
+
+    def letter(n, reason):
+        return (str(path), f"line {n}", reason, raw[n - 1], record_type)
+
+    left_open = (
+        "invalid CSV: a quoted field is still open at the end of the line "
+        "(quoted fields may not hold line breaks)"
+    )
+    continues = (
+        "invalid CSV: continues the quoted field left open on line {} "
+        "(quoted fields may not hold line breaks)"
+    )
+    expected = [
+        letter(3, left_open),
+        letter(4, continues.format(3)),
+        letter(6, left_open),
+        letter(7, continues.format(6)),
+        letter(8, continues.format(6)),
+    ]
+    assert_that(dead, equal_to(expected), label="Dead")
+
+    assert _run(p) == {
+        "records_read": 3,
+        "dead_letters": 5,
+        "dead_letter_invalid_csv": 5,
+    }
 
 
 @pytest.mark.parametrize(

@@ -140,7 +140,11 @@ CSV_LINES = [
     b'"a"b,1700000000007,1,,',  # text after a closing quote
     b'a"b,1700000000008,1,,',  # a quote inside an unquoted field
     b' "lead",1700000000009,1,,',
-    b'"open,1700000000010,1,,',
+    b'"open,1700000000010,1,,',  # a quoted field left open: the lines up
+    b"still open,1700000000010,1,,",  # to the one that closes it are the
+    b'closed,1700000000011,"1",,',  # rest of its record, not rows
+    b'x,"not \xff utf-8',  # the same from a line that is not UTF-8
+    b'line",1700000000012,1,,',
     b"too,few",
     b"too,many,1,2,3,4",
     b"iso,2024-01-01T00:00:00,1,,",
@@ -253,12 +257,62 @@ def test_every_kind_of_csv_row_is_read_as_line_by_line(tmp_path, ending, bom):
         b'"query,event_time',  # broken quoting
         b"query,time,count",  # no event_time column
         b"event_time",  # no query column
+        b"Query,Event_Time,Count,Record_Id,Source",  # names of another case
+        b"query;event_time;count;record_id;source",  # another separator
+        None,  # no header at all: the first row is taken for one
         b",".join([b"query", b"event_time"] + [b"c%d" % i for i in range(120)]),
     ],
 )
 def test_files_whose_header_is_not_plain_are_read_line_by_line(tmp_path, header):
-    path = _write(tmp_path / "h.csv", [b"", header, *CSV_LINES])
-    _assert_same(path, "csv")
+    lines = [b"", header, *CSV_LINES] if header else [b"", *CSV_LINES]
+    path = _write(tmp_path / "h.csv", lines)
+    searches, dead, _ = _assert_same(path, "csv")
+    # No row is read, and every line is a dead letter, the header's too.
+    assert not searches
+    assert len(dead) == sum(1 for line in lines if line.strip())
+
+
+# Lines after a row that leaves a quoted field open, up to the one that
+# closes it (each run a row, then its lines).
+QUOTE_RUNS = [
+    [b'"multi', b'line",%d,r,1' % T],
+    [b'"a', b"plain in form,%d,r,1" % T, b'b",%d,r,1' % T],
+    [b'x,"y', b'closed then refused,%d,"r",1' % T],  # plain in form too
+    [b'"not \xff UTF-8', b'z",%d,r,1' % T],
+    [b'"blank lines', b"", b"  ", b'end",%d,r,1' % T],
+    [b'"oversized', b"o" * 400, b"still open", b'end",%d,r,1' % T],
+    [b'"say ""hi', b'there""",%d,r,1' % T],  # quotes escaped, then closed
+]
+
+
+@pytest.mark.parametrize("block_lines", [5, 1 << 16])
+def test_lines_continuing_an_open_quoted_field_are_read_as_line_by_line(
+    tmp_path, monkeypatch, per_line_calls, block_lines
+):
+    monkeypatch.setattr(text_batches, "_BLOCK_LINES", block_lines)
+    plain = [b"q%d,%d,r%d,1" % (i, T + i, i) for i in range(80)]
+    lines = [b"query,event_time,record_id,count"]
+    for i, run in enumerate(QUOTE_RUNS):
+        lines += [*plain[10 * i : 10 * i + 10], *run]
+    never_closed = [b'"to the end', *plain[70:]]
+    path = _write(tmp_path / "q.csv", lines + never_closed)
+
+    _outputs(path, "csv", read_text_searches)
+    in_runs = [line for run in QUOTE_RUNS for line in run if line.strip()]
+    # The rows after a run are read as columns again.
+    assert per_line_calls == {"csv_record": len(in_runs) + len(never_closed)}
+    searches, dead, _ = _assert_same(path, "csv")
+    assert len(searches) == 70
+    assert len(dead) == len(in_runs) + len(never_closed)
+    reasons = Counter(d[2].split(" on line")[0].split(" at byte")[0] for d in dead)
+    assert reasons == {
+        "invalid CSV: a quoted field is still open at the end of the line "
+        "(quoted fields may not hold line breaks)": len(QUOTE_RUNS),
+        "invalid UTF-8": 1,
+        "invalid CSV: continues the quoted field left open": len(dead)
+        - len(QUOTE_RUNS)
+        - 1,
+    }
 
 
 def test_a_quoted_field_over_the_csv_modules_limit_is_refused_as_there(tmp_path):
@@ -689,6 +743,7 @@ def test_fuzzed_files_are_read_as_line_by_line(
 def test_pipeline_reads_text_as_the_per_line_reader_does(tmp_path):
     _write(tmp_path / "a.jsonl", JSONL_LINES, b"\r\n", bom=True)
     _write(tmp_path / "b.csv", [CSV_HEADER, *CSV_LINES])
+    _write(tmp_path / "no_header.csv", CSV_LINES)
     (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(b"\n".join(JSONL_LINES)))
     for pattern, fmt in [("*.jsonl*", "jsonl"), ("*.csv", "csv")]:
         expected = ([], [])

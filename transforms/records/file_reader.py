@@ -27,7 +27,13 @@ from transforms.records.dead_letters import (
     parse_row,
     row_raw,
 )
-from transforms.records.lines import RAW_LIMIT_BYTES, csv_fields, split_lines
+from transforms.records.lines import (
+    RAW_LIMIT_BYTES,
+    csv_fields,
+    quote_left_open,
+    split_lines,
+)
+from transforms.records.parse import required_fields
 
 FORMATS = ("jsonl", "csv", "parquet")
 
@@ -55,6 +61,9 @@ class FileReader:
         self.blank_lines = 0
         self.unit = "line"
         self.done = 0  # lines (or rows) read so far, to locate errors mid-file
+        # The CSV row that left a quoted field open, while the lines that
+        # continue it are read (`quote_opened_after`).
+        self.quote_opened_on: int | None = None
 
     def read(self, fmt: str, fh: BinaryIO) -> Iterator[Any]:
         """Outputs for the file open as `fh`, in format `fmt` (of `FORMATS`)."""
@@ -111,11 +120,13 @@ class FileReader:
         (yielding the header's own dead letter)."""
         for line_no, line, length in lines:  # the first non-blank line only
             try:
-                return _csv_header(self._csv_fields(line, length))
+                fields = self._csv_fields(line, length)
+                return _csv_header(fields, required_fields(self.parser))
             except Rejected as rejected:
                 bad = Rejected(CSV_HEADER, f"bad CSV header: {rejected.reason}")
                 yield self.dead(bad, line, line_no)
-                # Its columns are unknown, so no later row can be read either.
+                # Without its columns, or the required ones, no later row
+                # can be read either.
                 return Rejected(
                     CSV_HEADER, f"no usable CSV header: line {line_no} was rejected"
                 )
@@ -129,7 +140,7 @@ class FileReader:
         try:
             if isinstance(header, Rejected):
                 raise header
-            fields = self._csv_fields(line, length)
+            fields = self._row_fields(line, length, line_no)
             if len(fields) != len(header):
                 raise Rejected(
                     CSV_COLUMNS,
@@ -140,6 +151,48 @@ class FileReader:
             return self.dead(rejected, line, line_no)
         self.records_read += 1
         return message
+
+    def _row_fields(self, line: bytes, length: int, line_no: int) -> list[str]:
+        """The fields of CSV row `line_no`. A row that leaves a quoted field
+        open is rejected, and so is each line after it up to the one that
+        closes the field (`quote_opened_after`), with a reason naming it."""
+        opened_on = self.quote_opened_on
+        if opened_on is not None:
+            self.quote_opened_on = self.quote_opened_after(
+                opened_on, line_no, line, length
+            )
+            raise Rejected(
+                INVALID_CSV,
+                f"invalid CSV: continues the quoted field left open on line "
+                f"{opened_on} (quoted fields may not hold line breaks)",
+            )
+        try:
+            return self._csv_fields(line, length)
+        except Rejected:
+            # Only a row that cannot be read can leave a quoted field open.
+            self.quote_opened_on = self.quote_opened_after(None, line_no, line, length)
+            raise
+
+    def quote_opened_after(
+        self, opened_on: int | None, line_no: int, line: bytes, length: int
+    ) -> int | None:
+        """The row whose quoted field is open after CSV line `line_no`, if
+        one is: `opened_on` is the one open before it (None if none was).
+
+        A CSV parser that allowed line breaks in quoted fields would read
+        the lines after a row that leaves one open into that field, up to
+        the line that closes it: they are all one record, and none of them
+        a row of its own. An oversized line, whose text is not kept, is
+        taken to leave the field as it found it.
+        """
+        if length > self.max_line_bytes:
+            return opened_on
+        # Bytes that are not UTF-8 stand for themselves: the quoting turns
+        # on ASCII quotes, commas and returns alone.
+        text = line.decode("utf-8", "surrogateescape")
+        if not quote_left_open(text, in_quote=opened_on is not None):
+            return None
+        return line_no if opened_on is None else opened_on
 
     def _csv_fields(self, line: bytes, length: int) -> list[str]:
         try:
@@ -184,9 +237,21 @@ class FileReader:
         return message
 
 
-def _csv_header(fields: list[str]) -> list[str]:
+def _csv_header(fields: list[str], required: tuple[str, ...]) -> list[str]:
+    """The column names of a header line's `fields`, which must name each
+    of the `required` fields once."""
     header = [name.strip() for name in fields]
     for name in header:
         if header.count(name) > 1:
             raise Rejected(CSV_HEADER, f"CSV header repeats column {name!r}")
+    # A file without a header (or with one of other names) would otherwise
+    # lose its first row, taken for the header, and reject every other row
+    # for a missing field.
+    missing = [name for name in required if name not in header]
+    if missing:
+        names = ", ".join(map(repr, missing))
+        raise Rejected(
+            CSV_HEADER,
+            f"CSV header lacks the required column(s) {names}: is the header missing?",
+        )
     return header

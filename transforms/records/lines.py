@@ -61,12 +61,48 @@ def _append(head: bytes, length: int, more: bytes, max_line_bytes: int) -> bytes
     return (head + more[:RAW_LIMIT_BYTES])[:RAW_LIMIT_BYTES]
 
 
+class QuoteLeftOpen(csv.Error):
+    """A CSV line that ends inside a quoted field (one holding a line break)."""
+
+
 def csv_fields(text: str) -> list[str]:
-    """The fields of one CSV line (Excel dialect); raises `csv.Error`.
+    """The fields of one CSV line (Excel dialect); raises `csv.Error`, and
+    `QuoteLeftOpen` if a quoted field is still open at the line's end:
+    quoted fields may not hold line breaks.
 
     Lines without quotes take a fast path that splits on commas, which is
     exactly what the csv module does for them.
     """
     if '"' not in text:
         return text.split(",")
-    return next(csv.reader((text,), strict=True))
+    # The csv module reads on into the next line while a quoted field is
+    # open; that it asked for the empty line after `text` is what says so.
+    reader = csv.reader((text, ""), strict=True)
+    try:
+        return next(reader)
+    except csv.Error:
+        if reader.line_num > 1:
+            raise QuoteLeftOpen(
+                "a quoted field is still open at the end of the line "
+                "(quoted fields may not hold line breaks)"
+            ) from None
+        raise
+
+
+def quote_left_open(text: str, in_quote: bool = False) -> bool:
+    """Whether a quoted field is open at the end of the CSV line `text`,
+    which begins inside one if `in_quote` (an earlier line left it open).
+
+    A line that `csv_fields` refuses for another reason ends its record: a
+    strict parser gives up on the record there and starts afresh on the
+    next line.
+    """
+    try:
+        # Inside a quoted field, the line reads as it would after the
+        # field's opening quote.
+        csv_fields('"' + text if in_quote else text)
+    except QuoteLeftOpen:
+        return True
+    except csv.Error:
+        pass
+    return False

@@ -9,7 +9,8 @@ dead-letter output.
 
 Rules shared by all record types:
 
-- Required fields must be present and not null; unknown fields are ignored.
+- Required fields must be present and not null (`required_fields` names
+  them, for a CSV header to be checked); unknown fields are ignored.
 - CSV gives only strings, so integer fields also accept decimal strings
   ("42"). Booleans are never integers. Floats are accepted only when whole.
 - `event_time` is epoch milliseconds, or an ISO-8601 timestamp (a string, or
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
@@ -108,6 +109,22 @@ def parse_click_event(row: Row) -> ClickEvent:
         ad_id=_optional_str(row, "ad_id"),
         record_id=_optional_str(row, "record_id"),
     )
+
+
+# The fields each parser requires, in the order it checks them: what a CSV
+# header must name for its rows to be readable at all. A test checks each
+# entry against its parser.
+_REQUIRED_FIELDS: dict[Callable[[Row], Message], tuple[str, ...]] = {
+    parse_search_query: ("query", "event_time"),
+    parse_query_event: ("query_id", "event_time"),
+    parse_click_event: ("click_id", "query_id", "event_time"),
+}
+
+
+def required_fields(parser: Callable[[Row], Message]) -> tuple[str, ...]:
+    """The fields `parser` requires, if it is one of this module's parsers;
+    () for any other, whose needs are unknown."""
+    return _REQUIRED_FIELDS.get(parser, ())
 
 
 def _build(message_type: type[_M], **fields: Any) -> _M:

@@ -10,15 +10,20 @@ be compressed (`.gz`, `.bz2`, ... detected from the name by Beam).
 Formats, one record per physical line for text:
 
 - `jsonl` (`.jsonl`, `.json`, `.ndjson`): one JSON object per line.
-- `csv` (`.csv`): the first non-blank line of each file names the columns.
-  Quoted fields may hold commas and quotes, but not line breaks.
+- `csv` (`.csv`): the first non-blank line of each file names the columns,
+  and must name those the record type requires (`parse.required_fields`):
+  if it does not (a file without a header, say), it is a `csv_header` dead
+  letter and so is every row after it. Quoted fields may hold commas and
+  doubled quotes, but not line breaks: a row that leaves a quoted field
+  open is a dead letter, and so is each line after it up to the one that
+  closes the field, the rest of its record.
 - `parquet` (`.parquet`): one record per row; timestamp columns are fine.
 
 `ReadRecords` and `ParseRecords` return a `DoOutputsTuple` with the valid
 messages under `RECORDS` and `DeadLetter`s under `DEAD_LETTERS`. Nothing is
 dropped without a count (see `dead_letters` for the counters): records read
-plus dead letters is the number of non-blank lines or rows, CSV headers
-aside. Outputs keep the timestamp of their input element (the minimum, for
+plus dead letters is the number of non-blank lines or rows, usable CSV
+headers aside. Outputs keep the timestamp of their input element (the minimum, for
 files); stamp event times downstream where windowing needs them.
 
 `to_json_dict` and `WriteJsonLines` write messages back as JSON Lines that

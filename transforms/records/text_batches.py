@@ -44,7 +44,10 @@ string are read in a call of their own, with that column as text.
 
 Eligible CSV rows: as many fields as the header has columns, each either
 without quotes or wholly quoted without quotes inside, no "\\r" or NUL, and,
-if it has quotes, shorter than `csv.field_size_limit()`.
+if it has quotes, shorter than `csv.field_size_limit()`; and not the rest
+of an earlier row's record (`FileReader.quote_opened_after`: a line after
+one that leaves a quoted field open, up to the one that closes it), which
+only the per-line reader follows.
 A row whose `event_time` is neither a plain integer (`-?[0-9]{1,18}`, so
 no sign, space or underscore that `int()` would also take) nor an ISO-8601
 time of the common form `iso_times.iso_millis` converts as the parser does
@@ -52,8 +55,8 @@ time of the common form `iso_times.iso_millis` converts as the parser does
 of up to 6 digits and an optional "Z", "+HH:MM" or "+HHMM" zone, no
 surrounding spaces), or whose `count` is neither a plain integer nor
 empty, is left to the per-line path. A file
-whose header is bad, names no `query` or `event_time` column, or has more
-than `_MAX_CSV_COLUMNS` columns is read line by line.
+whose header is bad (it names no `query` or `event_time` column, say) or
+has more than `_MAX_CSV_COLUMNS` columns is read line by line.
 """
 
 from __future__ import annotations
@@ -204,6 +207,8 @@ def _read_block(
     # Each line's kind: not eligible (0), or how the format is to read it
     # (JSON Lines has two, `_INTEGER_TIME` and `_STRING_TIME`; CSV one).
     kinds = np.where(readable, text_format.eligible(texts), _NOT_ELIGIBLE)
+    # Lines that are part of an earlier line's record are plain in form only.
+    kinds[text_format.continued(reader, block, kinds)] = _NOT_ELIGIBLE
     eligible = np.flatnonzero(kinds)
     batch = pa.RecordBatch.from_pylist([], schema=_READ_SCHEMA)
     try:
@@ -291,6 +296,12 @@ class _JsonLines:
         batches.append(_read_json(texts.take(rows[1]), True))
         return pa.concat_batches(batches).take(np.argsort(np.concatenate(rows)))
 
+    def continued(
+        self, reader: FileReader, block: LineBlock, kinds: np.ndarray
+    ) -> np.ndarray:
+        """None: a JSON Lines record is one line."""
+        return np.zeros(0, np.int64)
+
     def judge(self, reader: FileReader, line_no: int, line: bytes, length: int) -> Any:
         return reader.jsonl_record(line, length, line_no)
 
@@ -327,9 +338,10 @@ class _Csv:
         self._wanted = {
             name: self._names[names.index(name)] for name in _FIELDS if name in names
         }
-        usable = {"query", "event_time"} <= self._wanted.keys()
+        # `FileReader.csv_header` refuses a header without `query` and
+        # `event_time`, so `_wanted` has both if there are `names`.
         self._row = None
-        if usable and len(names) <= _MAX_CSV_COLUMNS:
+        if names and len(names) <= _MAX_CSV_COLUMNS:
             self._row = f"^{_CSV_FIELD}(?:,{_CSV_FIELD}){{{len(names) - 1}}}$"
 
     def eligible(self, texts: pa.Array) -> np.ndarray:
@@ -381,8 +393,60 @@ class _Csv:
         }
         return pa.RecordBatch.from_pydict(columns, schema=_READ_SCHEMA)
 
+    def continued(
+        self, reader: FileReader, block: LineBlock, kinds: np.ndarray
+    ) -> np.ndarray:
+        """The positions of the lines that continue a quoted field an
+        earlier row left open, up to the one that closes it, as
+        `FileReader.quote_opened_after` follows them from where the block
+        starts; the per-line path must judge them, in their turn.
+
+        Only a row that cannot be read, so one not eligible, can leave a
+        quoted field open; a line without a quote cannot.
+        """
+        if not kinds.any():
+            return np.zeros(0, np.int64)  # every line is judged one by one
+        maybe = np.flatnonzero(kinds == _NOT_ELIGIBLE)
+        quoted = pc.match_substring(block.lines.take(pa.array(maybe)), '"')
+        maybe = maybe[quoted.to_numpy(zero_copy_only=False)]
+        runs = []
+        end = 0  # the position after the last run followed
+        if reader.quote_opened_on is not None:
+            end = _follow(reader, block, reader.quote_opened_on, 0)
+            runs.append(np.arange(end))
+        for at, (line_no, line, length) in zip(
+            maybe.tolist(), block.lines_at(maybe), strict=True
+        ):
+            if at < end:
+                continue  # a line of the last run
+            opened_on = reader.quote_opened_after(None, line_no, line, length)
+            if opened_on is not None:
+                end = _follow(reader, block, opened_on, at + 1)
+                runs.append(np.arange(at + 1, end))
+        return np.concatenate(runs) if runs else np.zeros(0, np.int64)
+
     def judge(self, reader: FileReader, line_no: int, line: bytes, length: int) -> Any:
         return reader.csv_record(self._header, line, length, line_no)
+
+
+def _follow(reader: FileReader, block: LineBlock, opened_on: int, start: int) -> int:
+    """The position after the line of `block`, from `start` on, that closes
+    the quoted field row `opened_on` left open (`len(block)` if none does)."""
+    for at, (line_no, line, length) in enumerate(_lines_from(block, start), start):
+        if reader.quote_opened_after(opened_on, line_no, line, length) is None:
+            return at + 1
+    return len(block)
+
+
+def _lines_from(block: LineBlock, start: int) -> Iterator[tuple[int, bytes, int]]:
+    """The lines of `block` from `start` on, taken a few at first and more
+    as they go: most quoted fields left open end a line or two later, but
+    one never closed runs to the end of the file."""
+    step = 8
+    while start < len(block):
+        stop = min(start + step, len(block))
+        yield from block.lines_at(np.arange(start, stop))
+        start, step = stop, 2 * step
 
 
 def _event_millis(times: pa.Array) -> pa.Array:
