@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import math
 import os
 import re
 import sys
@@ -122,6 +123,19 @@ def _unknown_message(
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return f"unknown flag {name}{hint}"
+
+
+def finite_float(text: str) -> float:
+    """argparse's `type` for a number flag that sets no config key (those
+    are checked with the config, `pipelines.config`): a finite float, as
+    argparse's `float` would also take "nan" and "inf"."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
 
 
 def require_matches(flag: str, patterns: Sequence[str]) -> None:

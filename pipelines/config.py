@@ -10,12 +10,14 @@ config must not silently fall back to a default.
 Every value is checked against the type of its shipped default (an integer
 is also a valid float), or against the type the caller declares for keys
 whose default does not tell (a null default, a string unless declared; a
-whole-number default of a value that may be fractional), so a wrong type is
-a one-line `ConfigError` instead of a failure deep inside the job.
+whole-number default of a value that may be fractional), and a number must
+be finite, so a wrong type is a one-line `ConfigError` instead of a failure
+deep inside the job.
 """
 
 import argparse
 import copy
+import math
 import pathlib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -70,6 +72,10 @@ def _check_type(
             f"{origin}: {name} must be {_TYPE_NAMES.get(kind, kind.__name__)}"
             f", got {value!r}"
         )
+    if isinstance(value, float) and not math.isfinite(value):
+        # YAML's .nan/.inf and argparse's "nan"/"inf" are floats; no
+        # setting means anything by them, and the job would fail far off.
+        raise ConfigError(f"{origin}: {name} must be a finite number, got {value!r}")
 
 
 def _is_a(value: Any, kind: type) -> bool:

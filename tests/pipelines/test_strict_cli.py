@@ -108,6 +108,38 @@ def test_mistakes_are_one_line_and_exit_2(module, args, expected, tmp_path):
 @pytest.mark.parametrize(
     ("module", "args", "expected"),
     [
+        # argparse's float and YAML both read NaN and infinity; each ended
+        # in a TypeError or OverflowError far from the flag, or (a poll
+        # interval) inside Spark.
+        ("pipelines.zeitgeist", ["--threshold", "nan"], "--threshold: detector."),
+        ("pipelines.zeitgeist", ["--threshold", "inf"], "threshold must be"),
+        ("pipelines.zeitgeist", ["--set", "model.alpha=.nan"], "--set: model.alpha"),
+        ("pipelines.zeitgeist", ["--days", "inf"], "--days: generator.days"),
+        ("pipelines.zeitgeist", ["--poll_seconds", "nan", "--follow"], "live.poll_"),
+        ("pipelines.photon", ["--max_wait_seconds", "inf"], "join.max_wait_seconds"),
+        ("pipelines.photon", ["--max_wait_seconds", "nan"], "--max_wait_seconds:"),
+        (
+            "pipelines.photon",
+            ["--set", "bigtable.deadline_seconds=.inf"],
+            "bigtable.deadline_seconds",
+        ),
+        # A number flag that sets no config key is checked by argparse.
+        (
+            "pipelines.photon",
+            ["--fail_after_register_fraction", "inf"],
+            "argument --fail_after_register_fraction",
+        ),
+    ],
+)
+def test_numbers_must_be_finite(module, args, expected, tmp_path):
+    done = run_cli(module, "--output", str(tmp_path / "out"), *args)
+    assert_usage_error(done, expected, "must be a finite number")
+    assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "expected"),
+    [
         ("pipelines.zeitgeist", ["--outptu", "x"], "did you mean --output?"),
         ("pipelines.photon_verify", ["--output", "x", "--joinedd", "j"], "--joined?"),
     ],
