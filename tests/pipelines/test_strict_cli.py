@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from pipelines import config as config_loader
-from pipelines import photon_flags
+from pipelines import photon_flags, zeitgeist_flags
 
 USAGE = 2
 
@@ -135,6 +135,36 @@ def test_numbers_must_be_finite(module, args, expected, tmp_path):
     done = run_cli(module, "--output", str(tmp_path / "out"), *args)
     assert_usage_error(done, expected, "must be a finite number")
     assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
+def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path):
+    # PyYAML keeps the last of the two: an edited copy of a line silently won.
+    config = tmp_path / "zeitgeist.yaml"
+    config.write_text("window:\n  size_seconds: 60\n  size_seconds: 120\n")
+    done = run_cli(
+        "pipelines.zeitgeist", "--output", str(tmp_path / "z"), "--config", str(config)
+    )
+    assert_usage_error(
+        done, f"config {config}: window.size_seconds is given twice (lines 2 and 3)"
+    )
+    config.write_text("window:\n  size_seconds: 60\nwindow:\n  late_policy: drop\n")
+    with pytest.raises(config_loader.ConfigError, match="window is given twice"):
+        config_loader.read(config)
+
+
+@pytest.mark.parametrize("text", ["1e1", "1.0e1", "1e+1", "10e0", ".1e2"])
+def test_exponent_notation_is_a_number(text, tmp_path):
+    # YAML 1.1 (PyYAML) reads 1e1 as a string: "must be a number, got '1e1'".
+    args, _ = zeitgeist_flags.parse_args(
+        ["--output", "/tmp/x", "--set", f"detector.threshold={text}"]
+    )
+    assert zeitgeist_flags.load_config(args)["detector"]["threshold"] == 10.0
+    config = tmp_path / "zeitgeist.yaml"
+    config.write_text(f"detector:\n  threshold: {text}\n")
+    args, _ = zeitgeist_flags.parse_args(
+        ["--output", "/tmp/x", "--config", str(config)]
+    )
+    assert zeitgeist_flags.load_config(args)["detector"]["threshold"] == 10.0
 
 
 @pytest.mark.parametrize(
