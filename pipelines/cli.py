@@ -93,7 +93,8 @@ class Parser(argparse.ArgumentParser):
                 action.required = True
 
     def _refuse_unknown(self, beam_args: list[str]) -> None:
-        choose_runner(beam_args)  # imports the chosen runner, registering its options
+        with usage_errors():  # a --runner that names no runner
+            choose_runner(beam_args)  # imports it, registering its options
         beam_parser = _beam_parser()
         _, unknown = beam_parser.parse_known_args(beam_args)
         if unknown:

@@ -53,6 +53,12 @@ def assert_usage_error(done, *expected):
             ["did you mean --direct_num_workers?"],
         ),
         ("pipelines.photon", ["stray"], ["unexpected argument 'stray'"]),
+        # Beam refused it only when the job was built, with a traceback.
+        (
+            "pipelines.zeitgeist",
+            ["--runner=SparkRuner"],
+            ["unknown runner 'SparkRuner' (did you mean SparkRunner?)", "DirectRunner"],
+        ),
         (
             "pipelines.zeitgeist",
             ["--set", "window.size_seconds=ten"],
