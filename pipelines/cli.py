@@ -19,8 +19,10 @@ import contextlib
 import difflib
 import math
 import os
+import pathlib
 import re
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
@@ -176,6 +178,36 @@ def require_directories(flag: str, patterns: Sequence[str]) -> None:
         directory = followed_directory(pattern)
         if directory is not None and not os.path.isdir(directory):
             raise UsageError(f"{flag} {pattern!r}: no directory {directory!r}")
+
+
+def output_directory(flag: str, value: str) -> pathlib.Path:
+    """The directory given as `flag`, created if need be and written to
+    once; `UsageError` if it is empty, a file, under a file, or cannot be
+    created or written. Called before the job changes anything: a directory
+    that cannot be written was otherwise found out by the sinks once the
+    work was done, and by Photon's verifier after its Bigtable writes."""
+    if not value.strip():
+        # An unset shell variable: the current directory, whose earlier
+        # outputs the sinks would replace.
+        raise UsageError(f"{flag} is empty: give the directory to write to")
+    path = pathlib.Path(value)
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            where = "" if part == path else f": {str(part)!r}"
+            raise UsageError(f"{flag} {value!r}{where} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(
+            f"{flag} {value!r} cannot be created: {error.strerror}"
+        ) from None
+    try:
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as error:
+        raise UsageError(
+            f"{flag} {value!r} cannot be written: {error.strerror}"
+        ) from None
+    return path
 
 
 @contextlib.contextmanager

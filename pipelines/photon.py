@@ -345,8 +345,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     options = PipelineOptions(beam_args)
     if following and runner is None:
         live.require_follow_runner(options)
-    output = pathlib.Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
+    output = cli.output_directory("--output", args.output)
     generated = player = None
     queries, clicks = args.queries, args.clicks
     with cli.usage_errors():  # a generator setting it cannot honour

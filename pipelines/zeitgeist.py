@@ -267,8 +267,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     options = PipelineOptions(beam_args)
     if following and runner is None:
         live.require_follow_runner(options)
-    output = pathlib.Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
+    output = cli.output_directory("--output", args.output)
     player = stream = None
     resume = live.resumes(options)
     with cli.usage_errors():  # a generator setting it cannot honour

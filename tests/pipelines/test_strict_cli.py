@@ -16,13 +16,19 @@ from pipelines import photon_flags, zeitgeist_flags
 USAGE = 2
 
 
-def run_cli(module, *args):
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_cli(module, *args, cwd=None):
+    # This checkout's code, from any working directory.
+    path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=path)
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         env=env,
+        cwd=cwd,
         timeout=120,
     )
 
@@ -259,6 +265,51 @@ def test_photon_follow_mistakes_are_one_line_and_exit_2(tmp_path):
     done = run_cli(*follow, "--queries", inbox, "--clicks", inbox)
     assert_usage_error(done, "--follow needs a runner", "--runner=SparkRunner")
     assert not (tmp_path / "p").exists(), "nothing may run before the check"
+
+
+@pytest.mark.parametrize(
+    "module", ["pipelines.zeitgeist", "pipelines.photon", "pipelines.photon_verify"]
+)
+def test_an_output_that_cannot_be_a_directory_is_refused(module, tmp_path):
+    log = tmp_path / "c.jsonl"
+    log.write_text("")
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    # The verifier would refuse a fake project's Bigtable, after the check.
+    args = {
+        "pipelines.zeitgeist": [],
+        "pipelines.photon": [],
+        "pipelines.photon_verify": [
+            *("--queries", str(log), "--clicks", str(log), "--joined", str(joined)),
+            *("--bigtable_project", "no-such-project", "--bigtable_instance", "i"),
+        ],
+    }[module]
+    file = tmp_path / "file"
+    file.write_text("")
+    for output, expected in [
+        # An unset shell variable: the sinks would replace the outputs of
+        # an earlier run in the current directory.
+        ("", "--output is empty"),
+        (str(file), f"--output '{file}' is a file, not a directory"),
+        (str(file / "out"), f"--output '{file / 'out'}': '{file}' is a file"),
+        ("/proc/no-such-dir", "--output '/proc/no-such-dir' cannot be created"),
+    ]:
+        done = run_cli(module, *args, "--output", output, cwd=joined)
+        assert_usage_error(done, expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "file", "joined"]
+    assert not any(joined.iterdir())
+
+
+def test_an_output_directory_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
+    from pipelines import cli
+
+    def refused(**kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    # Root writes anywhere: the probe is made to fail as it would for others.
+    monkeypatch.setattr(cli.tempfile, "TemporaryFile", refused)
+    with pytest.raises(cli.UsageError, match="cannot be written: Permission denied"):
+        cli.output_directory("--output", str(tmp_path))
 
 
 def test_verify_refuses_a_joined_directory_that_does_not_exist(tmp_path):
