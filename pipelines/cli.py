@@ -142,8 +142,10 @@ def finite_float(text: str) -> float:
 
 
 def require_matches(flag: str, patterns: Sequence[str]) -> None:
-    """Raises `UsageError` if a file pattern given as `flag` matches no file."""
+    """Raises `UsageError` if a file pattern given as `flag` names a
+    directory or matches no file."""
     for pattern in patterns:
+        _refuse_directory(flag, pattern)
         try:
             found = FileSystems.match([pattern])[0].metadata_list
         except BeamIOError as error:
@@ -173,8 +175,10 @@ def require_formats(
 def require_directories(flag: str, patterns: Sequence[str]) -> None:
     """Raises `UsageError` if a file pattern given as `flag` is in a local
     directory that does not exist (a followed pattern may match nothing yet,
-    but a mistyped directory would be followed forever)."""
+    but a mistyped directory would be followed forever) or names a
+    directory."""
     for pattern in patterns:
+        _refuse_directory(flag, pattern)
         directory = followed_directory(pattern)
         if directory is not None and not os.path.isdir(directory):
             raise UsageError(f"{flag} {pattern!r}: no directory {directory!r}")
@@ -208,6 +212,18 @@ def output_directory(flag: str, value: str) -> pathlib.Path:
             f"{flag} {value!r} cannot be written: {error.strerror}"
         ) from None
     return path
+
+
+def _refuse_directory(flag: str, pattern: str) -> None:
+    """A directory is no pattern of files: read, it is one dead letter ('Is
+    a directory'); followed, it is watched forever for a change that never
+    comes. The files in it are what was meant."""
+    if "://" not in pattern and os.path.isdir(pattern):
+        inside = os.path.join(pattern, "*.jsonl")
+        raise UsageError(
+            f"{flag} {pattern!r} is a directory: give a pattern of the files "
+            f"in it, e.g. {inside!r}"
+        )
 
 
 @contextlib.contextmanager

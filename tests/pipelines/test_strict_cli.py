@@ -234,6 +234,26 @@ def test_input_globs_that_match_nothing_are_errors(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+def test_an_input_that_names_a_directory_is_refused_with_a_pattern_inside(tmp_path):
+    # Read, a directory was one dead letter and exit 0; followed, it was
+    # watched forever, reading nothing.
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "q.jsonl").write_text("")
+    hint = f"is a directory: give a pattern of the files in it, e.g. '{inbox}/*.jsonl'"
+    output = ("--output", str(tmp_path / "out"))
+    for follow in ([], ["--follow", "--runner=SparkRunner"]):
+        done = run_cli("pipelines.zeitgeist", *output, "--input", str(inbox), *follow)
+        assert_usage_error(done, f"--input '{inbox}' {hint}")
+    done = run_cli(
+        "pipelines.photon",
+        *output,
+        *("--queries", str(inbox / "q.jsonl"), "--clicks", f"{inbox}/"),
+    )
+    assert_usage_error(done, f"--clicks '{inbox}/' {hint}")
+    assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
 def test_follow_mistakes_are_one_line_and_exit_2(tmp_path):
     output = str(tmp_path / "z")
     done = run_cli("pipelines.zeitgeist", "--output", output, "--follow")
