@@ -32,7 +32,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import console
 from pipelines.config import ConfigError
-from pipelines.runner_choice import choose_runner, warn_of_ignored_spark_flags
+from pipelines.runner_choice import (
+    check_runner_options,
+    choose_runner,
+    warn_of_ignored_spark_flags,
+)
 from transforms.records.followed_files import followed_directory
 from transforms.records.readers import FORMAT_SUFFIXES, infer_format
 
@@ -81,6 +85,8 @@ class Parser(argparse.ArgumentParser):
             self._refuse_unknown(self._leftover_without_required(args, namespace))
             raise
         self._refuse_unknown(rest)
+        with usage_errors():  # e.g. a Spark master URL of no known form
+            check_runner_options(rest)
         warn_of_ignored_spark_flags(rest)
         return parsed, rest
 

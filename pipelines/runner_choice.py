@@ -14,7 +14,7 @@ import importlib
 import logging
 from collections.abc import Sequence
 
-from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
 
 _log = logging.getLogger("pipelines.runner_choice")
@@ -81,6 +81,17 @@ def _canonical(name: str) -> str:
     if lowered not in known and f"{lowered}runner" in known:
         return f"{lowered}runner"
     return lowered
+
+
+def check_runner_options(beam_args: Sequence[str]) -> None:
+    """Raises `ValueError` for an option of our SparkRunner it cannot run
+    with (`runners.spark.options.check_options`), when `--runner` chooses
+    it: it would otherwise fail once the job is built and Spark started."""
+    runner, rest = choose_runner(beam_args)
+    if runner is not None:
+        from runners.spark.options import check_options
+
+        check_options(PipelineOptions(rest))
 
 
 def warn_of_ignored_spark_flags(beam_args: Sequence[str]) -> None:

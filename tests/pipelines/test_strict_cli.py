@@ -332,6 +332,27 @@ def test_an_output_directory_that_cannot_be_written_is_refused(tmp_path, monkeyp
         cli.output_directory("--output", str(tmp_path))
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # No scheme: the JVM's gateway exited ('JAVA_GATEWAY_EXITED').
+        (["--spark_master_url=127.0.0.1:7077"], "did you mean spark://127.0.0.1:7077?"),
+        # A Java trace once Spark parsed it.
+        (["--spark_master_url=local[two]"], "'local[two]' is not a Spark master"),
+        (["--spark_conf", "spark.executor.memory"], "--spark_conf expects key=value"),
+        (["--spark_bundle_bytes=0"], "--spark_bundle_bytes must be >= 1"),
+        (["--checkpoint_dir", "/dev/null"], "'/dev/null' is a file, not a directory"),
+    ],
+)
+def test_spark_runner_options_are_checked_before_spark_starts(args, expected, tmp_path):
+    for module in ("pipelines.zeitgeist", "pipelines.photon"):
+        done = run_cli(
+            module, "--output", str(tmp_path / "out"), "--runner=SparkRunner", *args
+        )
+        assert_usage_error(done, expected)
+    assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
 def test_verify_refuses_a_joined_directory_that_does_not_exist(tmp_path):
     log = tmp_path / "c.jsonl"
     log.write_text("")
