@@ -343,8 +343,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         beam_args = [*beam_args, "--streaming"]
     runner, beam_args = choose_runner(beam_args)
     options = PipelineOptions(beam_args)
-    if following and runner is None:
-        live.require_follow_runner(options)
+    if runner is None:
+        live.require_streaming_runner(options, following)
     output = cli.output_directory("--output", args.output)
     generated = player = None
     queries, clicks = args.queries, args.clicks

@@ -24,6 +24,13 @@ _RUNNER_NAMES = tuple(StandardOptions.KNOWN_RUNNER_NAMES)
 # Beam's local runners, by their canonical names (`_canonical`); they read
 # none of our SparkRunner's options.
 _BEAM_LOCAL_RUNNERS = ("directrunner", "bundlebaseddirectrunner", "fnapirunner")
+# Beam's DirectRunner and the runners it is made of or made into.
+_BEAM_DIRECT_RUNNERS = (
+    "directrunner",
+    "switchingdirectrunner",
+    "bundlebaseddirectrunner",
+    "testdirectrunner",
+)
 
 
 def choose_runner(beam_args: Sequence[str]) -> tuple[PipelineRunner | None, list[str]]:
@@ -49,6 +56,12 @@ def is_beam_local(name: str | None) -> bool:
     """Whether `--runner` `name` (None: not given) is one of Beam's local
     runners, the DirectRunner being Beam's default."""
     return name is None or _canonical(name) in _BEAM_LOCAL_RUNNERS
+
+
+def is_beam_direct(name: str | None) -> bool:
+    """Whether `--runner` `name` (None: not given) is Beam's DirectRunner,
+    which runs a streaming job on its bundle-based runner."""
+    return name is None or _canonical(name) in _BEAM_DIRECT_RUNNERS
 
 
 def check_runner(name: str) -> None:

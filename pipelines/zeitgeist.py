@@ -265,8 +265,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         follow = live_flags.follow_settings(config)
     runner, beam_args = choose_runner(beam_args)
     options = PipelineOptions(beam_args)
-    if following and runner is None:
-        live.require_follow_runner(options)
+    if runner is None:
+        live.require_streaming_runner(options, following)
     output = cli.output_directory("--output", args.output)
     player = stream = None
     resume = live.resumes(options)

@@ -273,6 +273,24 @@ def test_follow_mistakes_are_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "z").exists(), "nothing may run before the check"
 
 
+def test_streaming_over_files_on_beams_direct_runner_is_refused(tmp_path):
+    # A RuntimeError from Beam ("GroupByKey ... was not replaced as
+    # expected"), or for Photon a NotImplementedError once it had started.
+    log = tmp_path / "log.jsonl"
+    log.write_text("")
+    output = ("--output", str(tmp_path / "out"))
+    for module, inputs in [
+        ("pipelines.zeitgeist", ["--input", str(log)]),
+        ("pipelines.photon", ["--queries", str(log), "--clicks", str(log)]),
+    ]:
+        for runner in ([], ["--runner=BundleBasedDirectRunner"]):
+            done = run_cli(module, *output, *inputs, "--streaming", *runner)
+            assert_usage_error(
+                done, "--streaming needs a runner", "--runner=SparkRunner"
+            )
+    assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
 def test_photon_follow_mistakes_are_one_line_and_exit_2(tmp_path):
     output = str(tmp_path / "p")
     done = run_cli("pipelines.photon", "--output", output, "--follow")
