@@ -111,10 +111,18 @@ class Parser(argparse.ArgumentParser):
 
 def _beam_parser() -> argparse.ArgumentParser:
     """The parser Beam builds from every registered `PipelineOptions` class
-    (a runner's own options register when its module is imported)."""
+    (a runner's own options register when its module is imported); its
+    errors (`--runner` without a value) are `UsageError`s, not its usage
+    block of every Beam flag."""
     captured: list[argparse.ArgumentParser] = []
     PipelineOptions([]).get_all_options(add_extra_args_fn=captured.append)
-    return captured[0]
+    beam_parser = captured[0]
+    beam_parser.error = _refuse
+    return beam_parser
+
+
+def _refuse(message: str) -> NoReturn:
+    raise UsageError(message)
 
 
 def _unknown_message(

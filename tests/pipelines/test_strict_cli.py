@@ -59,6 +59,13 @@ def assert_usage_error(done, *expected):
             ["did you mean --direct_num_workers?"],
         ),
         ("pipelines.photon", ["stray"], ["unexpected argument 'stray'"]),
+        # A Beam flag's own mistake: Beam's usage block of every flag before.
+        ("pipelines.zeitgeist", ["--runner"], ["argument --runner: expected one"]),
+        (
+            "pipelines.photon",
+            ["--direct_num_workers=two"],
+            ["argument --direct_num_workers: invalid int value: 'two'"],
+        ),
         # Beam refused it only when the job was built, with a traceback.
         (
             "pipelines.zeitgeist",
