@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import math
 import os
+import pathlib
 import re
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
@@ -29,7 +32,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import console
 from pipelines.config import ConfigError
-from pipelines.runner_choice import choose_runner, warn_of_ignored_spark_flags
+from pipelines.runner_choice import (
+    check_runner_options,
+    choose_runner,
+    warn_of_ignored_spark_flags,
+)
 from transforms.records.followed_files import followed_directory
 from transforms.records.readers import FORMAT_SUFFIXES, infer_format
 
@@ -78,6 +85,8 @@ class Parser(argparse.ArgumentParser):
             self._refuse_unknown(self._leftover_without_required(args, namespace))
             raise
         self._refuse_unknown(rest)
+        with usage_errors():  # e.g. a Spark master URL of no known form
+            check_runner_options(rest)
         warn_of_ignored_spark_flags(rest)
         return parsed, rest
 
@@ -92,7 +101,8 @@ class Parser(argparse.ArgumentParser):
                 action.required = True
 
     def _refuse_unknown(self, beam_args: list[str]) -> None:
-        choose_runner(beam_args)  # imports the chosen runner, registering its options
+        with usage_errors():  # a --runner that names no runner
+            choose_runner(beam_args)  # imports it, registering its options
         beam_parser = _beam_parser()
         _, unknown = beam_parser.parse_known_args(beam_args)
         if unknown:
@@ -101,10 +111,18 @@ class Parser(argparse.ArgumentParser):
 
 def _beam_parser() -> argparse.ArgumentParser:
     """The parser Beam builds from every registered `PipelineOptions` class
-    (a runner's own options register when its module is imported)."""
+    (a runner's own options register when its module is imported); its
+    errors (`--runner` without a value) are `UsageError`s, not its usage
+    block of every Beam flag."""
     captured: list[argparse.ArgumentParser] = []
     PipelineOptions([]).get_all_options(add_extra_args_fn=captured.append)
-    return captured[0]
+    beam_parser = captured[0]
+    beam_parser.error = _refuse
+    return beam_parser
+
+
+def _refuse(message: str) -> NoReturn:
+    raise UsageError(message)
 
 
 def _unknown_message(
@@ -124,9 +142,24 @@ def _unknown_message(
     return f"unknown flag {name}{hint}"
 
 
+def finite_float(text: str) -> float:
+    """argparse's `type` for a number flag that sets no config key (those
+    are checked with the config, `pipelines.config`): a finite float, as
+    argparse's `float` would also take "nan" and "inf"."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def require_matches(flag: str, patterns: Sequence[str]) -> None:
-    """Raises `UsageError` if a file pattern given as `flag` matches no file."""
+    """Raises `UsageError` if a file pattern given as `flag` names a
+    directory or matches no file."""
     for pattern in patterns:
+        _refuse_directory(flag, pattern)
         try:
             found = FileSystems.match([pattern])[0].metadata_list
         except BeamIOError as error:
@@ -156,11 +189,55 @@ def require_formats(
 def require_directories(flag: str, patterns: Sequence[str]) -> None:
     """Raises `UsageError` if a file pattern given as `flag` is in a local
     directory that does not exist (a followed pattern may match nothing yet,
-    but a mistyped directory would be followed forever)."""
+    but a mistyped directory would be followed forever) or names a
+    directory."""
     for pattern in patterns:
+        _refuse_directory(flag, pattern)
         directory = followed_directory(pattern)
         if directory is not None and not os.path.isdir(directory):
             raise UsageError(f"{flag} {pattern!r}: no directory {directory!r}")
+
+
+def output_directory(flag: str, value: str) -> pathlib.Path:
+    """The directory given as `flag`, created if need be and written to
+    once; `UsageError` if it is empty, a file, under a file, or cannot be
+    created or written. Called before the job changes anything: a directory
+    that cannot be written was otherwise found out by the sinks once the
+    work was done, and by Photon's verifier after its Bigtable writes."""
+    if not value.strip():
+        # An unset shell variable: the current directory, whose earlier
+        # outputs the sinks would replace.
+        raise UsageError(f"{flag} is empty: give the directory to write to")
+    path = pathlib.Path(value)
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            where = "" if part == path else f": {str(part)!r}"
+            raise UsageError(f"{flag} {value!r}{where} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(
+            f"{flag} {value!r} cannot be created: {error.strerror}"
+        ) from None
+    try:
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as error:
+        raise UsageError(
+            f"{flag} {value!r} cannot be written: {error.strerror}"
+        ) from None
+    return path
+
+
+def _refuse_directory(flag: str, pattern: str) -> None:
+    """A directory is no pattern of files: read, it is one dead letter ('Is
+    a directory'); followed, it is watched forever for a change that never
+    comes. The files in it are what was meant."""
+    if "://" not in pattern and os.path.isdir(pattern):
+        inside = os.path.join(pattern, "*.jsonl")
+        raise UsageError(
+            f"{flag} {pattern!r} is a directory: give a pattern of the files "
+            f"in it, e.g. {inside!r}"
+        )
 
 
 @contextlib.contextmanager

@@ -10,13 +10,21 @@ config must not silently fall back to a default.
 Every value is checked against the type of its shipped default (an integer
 is also a valid float), or against the type the caller declares for keys
 whose default does not tell (a null default, a string unless declared; a
-whole-number default of a value that may be fractional), so a wrong type is
-a one-line `ConfigError` instead of a failure deep inside the job.
+whole-number default of a value that may be fractional), and a number must
+be finite, so a wrong type is a one-line `ConfigError` instead of a failure
+deep inside the job.
+
+YAML is read as PyYAML's safe loader reads it, with two exceptions
+(`_Loader`): a mapping that gives a key twice is an error, and a number in
+exponent notation is a number as in YAML 1.2 and JSON (`1e1`, `2.5e3`), not
+the string YAML 1.1 makes of it without both a dot and a signed exponent.
 """
 
 import argparse
 import copy
+import math
 import pathlib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -33,6 +41,50 @@ _TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a 
 
 class ConfigError(ValueError):
     pass
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in a mapping raises
+    `ConfigError` (PyYAML keeps the last one, so an edited copy of a line
+    silently overrode the first) and YAML 1.2's exponent notation reads as
+    a number."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        # Each nested mapping node's dotted path, to name a duplicate by it.
+        self._paths: dict[int, str] = {}
+
+    def construct_mapping(self, node, deep=False):
+        path = self._paths.get(id(node), "")
+        lines: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                key_node, yaml.ScalarNode
+            ):
+                continue  # `<<` merges on purpose; a complex key is PyYAML's concern
+            name = f"{path}.{key_node.value}" if path else key_node.value
+            line = key_node.start_mark.line + 1
+            if key_node.value in lines:
+                raise ConfigError(
+                    f"{name} is given twice (lines {lines[key_node.value]} and "
+                    f"{line}): keep one"
+                )
+            lines[key_node.value] = line
+            self._paths[id(value_node)] = name
+        return super().construct_mapping(node, deep)
+
+
+# What YAML 1.1's float syntax leaves a string: no dot, or an unsigned
+# exponent (`1e1`, `1.0e1`, `.5e3`); Python's float() reads them all.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def _load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)
 
 
 def load(path: str | pathlib.Path, defaults: Mapping[str, Mapping[str, Any]]) -> Config:
@@ -70,6 +122,10 @@ def _check_type(
             f"{origin}: {name} must be {_TYPE_NAMES.get(kind, kind.__name__)}"
             f", got {value!r}"
         )
+    if isinstance(value, float) and not math.isfinite(value):
+        # YAML's .nan/.inf and argparse's "nan"/"inf" are floats; no
+        # setting means anything by them, and the job would fail far off.
+        raise ConfigError(f"{origin}: {name} must be a finite number, got {value!r}")
 
 
 def _is_a(value: Any, kind: type) -> bool:
@@ -83,11 +139,13 @@ def _is_a(value: Any, kind: type) -> bool:
 def read(path: str | pathlib.Path) -> dict[str, Any]:
     """The mapping of sections in the YAML file at `path`, unchecked."""
     try:
-        loaded = yaml.safe_load(pathlib.Path(path).read_text()) or {}
+        loaded = _load_yaml(pathlib.Path(path).read_text()) or {}
     except OSError as error:
         raise ConfigError(f"cannot read config {path}: {error}") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"config {path} is not valid YAML: {error}") from None
+    except ConfigError as error:
+        raise ConfigError(f"config {path}: {error}") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"config {path} must be a mapping of sections")
     return loaded
@@ -144,8 +202,8 @@ def apply_overrides(
 
 def _scalar(raw: str, name: str) -> Any:
     try:
-        return yaml.safe_load(raw)
-    except yaml.YAMLError:
+        return _load_yaml(raw)
+    except (yaml.YAMLError, ConfigError):
         raise ConfigError(f"--set {name}: {raw!r} is not a value") from None
 
 

@@ -27,7 +27,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 from pipelines.cli import UsageError
-from pipelines.runner_choice import is_beam_local
+from pipelines.runner_choice import is_beam_direct, is_beam_local
 from pipelines.summary import counter_totals
 
 _log = logging.getLogger("pipelines.live")
@@ -66,17 +66,30 @@ def _stop_requests() -> Iterator[tuple[threading.Event, Callable[[], None]]]:
             signal.signal(s, handler)
 
 
-def require_follow_runner(options: PipelineOptions) -> None:
-    """Raises `UsageError` for a runner that cannot run a followed input."""
-    name = options.view_as(StandardOptions).runner
+def require_streaming_runner(options: PipelineOptions, following: bool) -> None:
+    """Raises `UsageError` for one of Beam's runners that cannot run this
+    job in streaming: none of its local runners runs a `following` job,
+    and its DirectRunner none of the pipelines' streaming jobs
+    (docs/streaming.md, 'Not yet')."""
+    standard = options.view_as(StandardOptions)
+    name = standard.runner
     # Beam's local runners: the bundle-based one fails to expand a splittable
     # DoFn in streaming ("GroupByKey ... was not replaced as expected"), and
     # the FnApiRunner it otherwise picks runs a job to its end inside `run()`.
-    if is_beam_local(name):
+    if following and is_beam_local(name):
         raise UsageError(
             f"--follow needs a runner that runs unbounded splittable DoFns live, "
             f"such as --runner=SparkRunner; Beam's {name or 'DirectRunner'} "
             "cannot follow a directory"
+        )
+    # For these pipelines in streaming it picks its bundle-based runner,
+    # which fails on files too: Zeitgeist's GroupByKeys "not replaced as
+    # expected", Photon's result that cannot be waited on for a while.
+    if standard.streaming and is_beam_direct(name):
+        raise UsageError(
+            "--streaming needs a runner that runs it, such as "
+            f"--runner=SparkRunner; Beam's {name or 'DirectRunner'} cannot "
+            "(leave out --streaming to read the files in batch)"
         )
 
 

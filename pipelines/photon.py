@@ -401,10 +401,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         beam_args = [*beam_args, "--streaming"]
     runner, beam_args = choose_runner(beam_args)
     options = PipelineOptions(beam_args)
-    if following and runner is None:
-        live.require_follow_runner(options)
-    output = pathlib.Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
+    if runner is None:
+        live.require_streaming_runner(options, following)
+    output = cli.output_directory("--output", args.output)
     generated = player = None
     queries, clicks = args.queries, args.clicks
     with cli.usage_errors():  # a generator setting it cannot honour

@@ -57,7 +57,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument(
         "--fail_after_register_fraction",
-        type=float,
+        type=cli.finite_float,
         default=0.0,
         help="TEST ONLY: drop this fraction of clicks after their registration "
         "commits, as a crash would; photon_verify restores them",

@@ -269,6 +269,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         check_token(token)
         params = photon.registry_params(config)
         join = photon.join_params(config)
+    # Before the registry changes: a run must not take clicks over, then fail.
+    cli.output_directory("--output", args.output)
     registry = IdRegistry(target, params.gc_days, layout=params.layout)
     try:
         logged = [

@@ -148,7 +148,12 @@ class CheckpointDir:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.root = Path(path)
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a read-only disk, no permission
+            raise CheckpointUnusable(
+                f"checkpoint directory {path} cannot be created ({error})"
+            ) from None
         self._lock: int | None = None
 
     def claim(self) -> None:

@@ -23,7 +23,7 @@ import threading
 from apache_beam.portability.api import beam_job_api_pb2
 from apache_beam.runners.portability import local_job_service
 
-from runners.spark.options import SparkOptions
+from runners.spark.options import SparkOptions, check_options
 from runners.spark.runner import SparkRunner
 from runners.spark.session import get_or_create_session
 
@@ -69,8 +69,13 @@ def main(argv: list[str] | None = None) -> None:
         "--job_port", type=int, default=8099, help="the Job API's port (0: any free)"
     )
     args, spark_args = parser.parse_known_args(argv)
+    spark_options = SparkOptions(spark_args)
+    try:
+        check_options(spark_options)
+    except ValueError as error:  # one line, before Spark starts
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     logging.basicConfig(level=logging.INFO)
-    servicer, port = serve(args.job_port, SparkOptions(spark_args))
+    servicer, port = serve(args.job_port, spark_options)
     print(f"Job service listening on localhost:{port}", flush=True)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
+from pathlib import Path
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -112,14 +114,61 @@ def master_url(options: PipelineOptions) -> str:
     return given or DEFAULT_MASTER
 
 
+# The masters PySpark 4 can start on, in the forms Spark's SparkContext
+# parses (its LOCAL_*_REGEX, SPARK_REGEX; Spark 4 has no Mesos). Any other
+# failed only once the JVM started: a Java trace for 'local[two]', the
+# gateway gone ('JAVA_GATEWAY_EXITED') for a host:port without spark://.
+_MASTER_FORMS = (
+    "local, local[N], local[*], local[N,F], local[*,F], local-cluster[N,C,M], "
+    "spark://HOST:PORT[,HOST:PORT...], yarn or k8s://URL"
+)
+_MASTER = re.compile(
+    r"local(\[(\*|[1-9][0-9]*)(\s*,\s*[0-9]+)?\])?"
+    r"|local-cluster\[\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*\]"
+    r"|spark://[^\s/,]+:[0-9]+(,[^\s/,]+:[0-9]+)*"
+    r"|yarn"
+    r"|k8s://\S+"
+)
+
+
+def check_master_url(url: str) -> None:
+    """Raises ValueError unless ``url`` is a Spark master's URL."""
+    if _MASTER.fullmatch(url):
+        return
+    # A standalone master's address without its scheme is the likely slip.
+    bare = re.fullmatch(r"[^\s/:]+:[0-9]+", url)
+    hint = f" (did you mean spark://{url}?)" if bare else ""
+    raise ValueError(
+        f"SparkRunner: --spark_master_url {url!r} is not a Spark master{hint}; "
+        f"give {_MASTER_FORMS}"
+    )
+
+
+def _check_checkpoint_dir(path: str | None) -> None:
+    """Raises ValueError if the checkpoint directory is a file or under one:
+    the streaming job would fail to make it once Spark had started."""
+    if not path:
+        return
+    for part in (Path(path), *Path(path).parents):
+        if part.exists() and not part.is_dir():
+            where = "" if part == Path(path) else f": {str(part)!r}"
+            raise ValueError(
+                f"SparkRunner: --checkpoint_dir {path!r}{where} is a file, "
+                "not a directory"
+            )
+
+
 # Flags that look like this runner's: a misspelling of one must not leave
 # the job running on defaults with only Beam's "Discarding unparseable args".
 _OWN_PREFIXES = ("spark_", "streaming_", "checkpoint")
 
 
 def check_options(options: PipelineOptions) -> None:
-    """Raises ValueError for a SparkRunner option out of its range, or an
-    unknown flag that looks like one (with the closest known name)."""
+    """Raises ValueError for a SparkRunner option out of its range or of
+    the wrong form (the master's URL, a ``--spark_conf`` without ``=``, a
+    checkpoint directory that is a file), or an unknown flag that looks
+    like one (with the closest known name). The pipeline commands call it
+    as they parse their flags, the runner before it starts Spark."""
     known = options.get_all_options()
     given = options.get_all_options(retain_unknown_options=True)
     own = [name for name in known if name.startswith(_OWN_PREFIXES)]
@@ -149,3 +198,6 @@ def check_options(options: PipelineOptions) -> None:
             number = math.nan
         if not (math.isfinite(number) and number >= low):
             raise ValueError(f"SparkRunner: --{name} must be >= {low}, got {value}")
+    check_master_url(master_url(options))
+    parse_spark_conf(spark.spark_conf)
+    _check_checkpoint_dir(spark.checkpoint_dir)

@@ -1,10 +1,13 @@
-"""The Beam limitation behind `--follow`'s usage error on the DirectRunner.
+"""The Beam limitations behind the usage errors of `--follow` and
+`--streaming` on the DirectRunner.
 
-`pipelines.live.require_follow_runner` refuses Beam's DirectRunner for a
-followed directory. This test pins the reason on the installed Beam: its
-bundle-based DirectRunner cannot expand an unbounded splittable DoFn in
-streaming, Beam's own `PeriodicImpulse` included. When a Beam upgrade makes
-it fail, the limitation is gone and `--follow` can be allowed there.
+`pipelines.live.require_streaming_runner` refuses Beam's DirectRunner for a
+followed directory, and for a streaming job over files. These tests pin
+the reasons on the installed Beam: its bundle-based DirectRunner cannot
+expand an unbounded splittable DoFn in streaming, Beam's own
+`PeriodicImpulse` included, nor Zeitgeist's GroupByKeys over files. When a
+Beam upgrade makes one fail, that limitation is gone and the flag can be
+allowed there.
 """
 
 import time
@@ -13,6 +16,9 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+from pipelines import zeitgeist, zeitgeist_flags
+from pipelines.outputs import write_parts
 
 
 def test_beams_direct_runner_cannot_run_an_unbounded_splittable_dofn_live():
@@ -23,5 +29,20 @@ def test_beams_direct_runner_cannot_run_an_unbounded_splittable_dofn_live():
     _ = pipeline | PeriodicImpulse(
         start_timestamp=start, stop_timestamp=start + 2, fire_interval=1
     )
+    with pytest.raises(RuntimeError, match="was not replaced as expected"):
+        pipeline.run().wait_until_finish()
+
+
+def test_beams_direct_runner_cannot_run_zeitgeist_over_files_in_streaming(tmp_path):
+    log = tmp_path / "searches.jsonl"
+    log.write_text('{"query": "q", "event_time": 1767571200000}\n')
+    args, _ = zeitgeist_flags.parse_args(["--output", str(tmp_path)])
+    transform = zeitgeist.zeitgeist_transform(zeitgeist_flags.load_config(args))
+    pipeline = beam.Pipeline(
+        runner="DirectRunner", options=PipelineOptions(["--streaming"])
+    )
+    # As the command builds it in streaming: outputs written in parts.
+    write = write_parts(flush_seconds=0)
+    zeitgeist.build(pipeline, [str(log)], None, transform, tmp_path, [], write=write)
     with pytest.raises(RuntimeError, match="was not replaced as expected"):
         pipeline.run().wait_until_finish()

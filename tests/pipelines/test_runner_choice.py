@@ -2,8 +2,16 @@
 `--runner` means, and a warning for our runner's options it would ignore."""
 
 import logging
+import re
 
-from pipelines.runner_choice import choose_runner, warn_of_ignored_spark_flags
+import pytest
+
+from pipelines.runner_choice import (
+    check_runner,
+    choose_runner,
+    is_beam_local,
+    warn_of_ignored_spark_flags,
+)
 from runners.spark import SparkRunner
 
 
@@ -36,3 +44,33 @@ def test_no_warning_when_nothing_is_ignored(caplog):
         )
         warn_of_ignored_spark_flags(["--runner=SparkRunner", "--checkpoint_dir=/c"])
     assert caplog.text == ""
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["SparkRunner", "spark", "DIRECT", "FnApiRunner", "runners.spark.SparkRunner"],
+)
+def test_runners_are_taken_as_beam_resolves_their_names(name):
+    check_runner(name)
+    assert isinstance(choose_runner([f"--runner={name}"])[0], SparkRunner) == (
+        name.lower() in ("sparkrunner", "spark")
+    )
+
+
+def test_a_short_name_of_a_local_runner_is_local():
+    assert is_beam_local("direct") and is_beam_local("fnapi")
+    assert not is_beam_local("spark")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("SparkRuner", "unknown runner 'SparkRuner' (did you mean SparkRunner?)"),
+        ("Sparkle", "--runner takes DataflowRunner, "),
+        ("runners.spark.SparkRuner", "has no attribute 'SparkRuner'"),
+        ("no_such_module.Runner", "No module named 'no_such_module'"),
+    ],
+)
+def test_a_runner_that_does_not_exist_is_refused_before_the_job_is_built(name, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        choose_runner([f"--runner={name}"])

@@ -11,18 +11,24 @@ import sys
 import pytest
 
 from pipelines import config as config_loader
-from pipelines import photon_flags
+from pipelines import photon_flags, zeitgeist_flags
 
 USAGE = 2
 
 
-def run_cli(module, *args):
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_cli(module, *args, cwd=None):
+    # This checkout's code, from any working directory.
+    path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=path)
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         env=env,
+        cwd=cwd,
         timeout=120,
     )
 
@@ -53,6 +59,19 @@ def assert_usage_error(done, *expected):
             ["did you mean --direct_num_workers?"],
         ),
         ("pipelines.photon", ["stray"], ["unexpected argument 'stray'"]),
+        # A Beam flag's own mistake: Beam's usage block of every flag before.
+        ("pipelines.zeitgeist", ["--runner"], ["argument --runner: expected one"]),
+        (
+            "pipelines.photon",
+            ["--direct_num_workers=two"],
+            ["argument --direct_num_workers: invalid int value: 'two'"],
+        ),
+        # Beam refused it only when the job was built, with a traceback.
+        (
+            "pipelines.zeitgeist",
+            ["--runner=SparkRuner"],
+            ["unknown runner 'SparkRuner' (did you mean SparkRunner?)", "DirectRunner"],
+        ),
         (
             "pipelines.zeitgeist",
             ["--set", "window.size_seconds=ten"],
@@ -103,6 +122,68 @@ def test_mistakes_are_one_line_and_exit_2(module, args, expected, tmp_path):
     done = run_cli(module, "--output", str(tmp_path / "out"), *args)
     assert_usage_error(done, *expected)
     assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
+@pytest.mark.parametrize(
+    ("module", "args", "expected"),
+    [
+        # argparse's float and YAML both read NaN and infinity; each ended
+        # in a TypeError or OverflowError far from the flag, or (a poll
+        # interval) inside Spark.
+        ("pipelines.zeitgeist", ["--threshold", "nan"], "--threshold: detector."),
+        ("pipelines.zeitgeist", ["--threshold", "inf"], "threshold must be"),
+        ("pipelines.zeitgeist", ["--set", "model.alpha=.nan"], "--set: model.alpha"),
+        ("pipelines.zeitgeist", ["--days", "inf"], "--days: generator.days"),
+        ("pipelines.zeitgeist", ["--poll_seconds", "nan", "--follow"], "live.poll_"),
+        ("pipelines.photon", ["--max_wait_seconds", "inf"], "join.max_wait_seconds"),
+        ("pipelines.photon", ["--max_wait_seconds", "nan"], "--max_wait_seconds:"),
+        (
+            "pipelines.photon",
+            ["--set", "bigtable.deadline_seconds=.inf"],
+            "bigtable.deadline_seconds",
+        ),
+        # A number flag that sets no config key is checked by argparse.
+        (
+            "pipelines.photon",
+            ["--fail_after_register_fraction", "inf"],
+            "argument --fail_after_register_fraction",
+        ),
+    ],
+)
+def test_numbers_must_be_finite(module, args, expected, tmp_path):
+    done = run_cli(module, "--output", str(tmp_path / "out"), *args)
+    assert_usage_error(done, expected, "must be a finite number")
+    assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
+def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path):
+    # PyYAML keeps the last of the two: an edited copy of a line silently won.
+    config = tmp_path / "zeitgeist.yaml"
+    config.write_text("window:\n  size_seconds: 60\n  size_seconds: 120\n")
+    done = run_cli(
+        "pipelines.zeitgeist", "--output", str(tmp_path / "z"), "--config", str(config)
+    )
+    assert_usage_error(
+        done, f"config {config}: window.size_seconds is given twice (lines 2 and 3)"
+    )
+    config.write_text("window:\n  size_seconds: 60\nwindow:\n  late_policy: drop\n")
+    with pytest.raises(config_loader.ConfigError, match="window is given twice"):
+        config_loader.read(config)
+
+
+@pytest.mark.parametrize("text", ["1e1", "1.0e1", "1e+1", "10e0", ".1e2"])
+def test_exponent_notation_is_a_number(text, tmp_path):
+    # YAML 1.1 (PyYAML) reads 1e1 as a string: "must be a number, got '1e1'".
+    args, _ = zeitgeist_flags.parse_args(
+        ["--output", "/tmp/x", "--set", f"detector.threshold={text}"]
+    )
+    assert zeitgeist_flags.load_config(args)["detector"]["threshold"] == 10.0
+    config = tmp_path / "zeitgeist.yaml"
+    config.write_text(f"detector:\n  threshold: {text}\n")
+    args, _ = zeitgeist_flags.parse_args(
+        ["--output", "/tmp/x", "--config", str(config)]
+    )
+    assert zeitgeist_flags.load_config(args)["detector"]["threshold"] == 10.0
 
 
 @pytest.mark.parametrize(
@@ -160,6 +241,26 @@ def test_input_globs_that_match_nothing_are_errors(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+def test_an_input_that_names_a_directory_is_refused_with_a_pattern_inside(tmp_path):
+    # Read, a directory was one dead letter and exit 0; followed, it was
+    # watched forever, reading nothing.
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "q.jsonl").write_text("")
+    hint = f"is a directory: give a pattern of the files in it, e.g. '{inbox}/*.jsonl'"
+    output = ("--output", str(tmp_path / "out"))
+    for follow in ([], ["--follow", "--runner=SparkRunner"]):
+        done = run_cli("pipelines.zeitgeist", *output, "--input", str(inbox), *follow)
+        assert_usage_error(done, f"--input '{inbox}' {hint}")
+    done = run_cli(
+        "pipelines.photon",
+        *output,
+        *("--queries", str(inbox / "q.jsonl"), "--clicks", f"{inbox}/"),
+    )
+    assert_usage_error(done, f"--clicks '{inbox}/' {hint}")
+    assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
 def test_follow_mistakes_are_one_line_and_exit_2(tmp_path):
     output = str(tmp_path / "z")
     done = run_cli("pipelines.zeitgeist", "--output", output, "--follow")
@@ -179,6 +280,24 @@ def test_follow_mistakes_are_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "z").exists(), "nothing may run before the check"
 
 
+def test_streaming_over_files_on_beams_direct_runner_is_refused(tmp_path):
+    # A RuntimeError from Beam ("GroupByKey ... was not replaced as
+    # expected"), or for Photon a NotImplementedError once it had started.
+    log = tmp_path / "log.jsonl"
+    log.write_text("")
+    output = ("--output", str(tmp_path / "out"))
+    for module, inputs in [
+        ("pipelines.zeitgeist", ["--input", str(log)]),
+        ("pipelines.photon", ["--queries", str(log), "--clicks", str(log)]),
+    ]:
+        for runner in ([], ["--runner=BundleBasedDirectRunner"]):
+            done = run_cli(module, *output, *inputs, "--streaming", *runner)
+            assert_usage_error(
+                done, "--streaming needs a runner", "--runner=SparkRunner"
+            )
+    assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
 def test_photon_follow_mistakes_are_one_line_and_exit_2(tmp_path):
     output = str(tmp_path / "p")
     done = run_cli("pipelines.photon", "--output", output, "--follow")
@@ -191,6 +310,72 @@ def test_photon_follow_mistakes_are_one_line_and_exit_2(tmp_path):
     done = run_cli(*follow, "--queries", inbox, "--clicks", inbox)
     assert_usage_error(done, "--follow needs a runner", "--runner=SparkRunner")
     assert not (tmp_path / "p").exists(), "nothing may run before the check"
+
+
+@pytest.mark.parametrize(
+    "module", ["pipelines.zeitgeist", "pipelines.photon", "pipelines.photon_verify"]
+)
+def test_an_output_that_cannot_be_a_directory_is_refused(module, tmp_path):
+    log = tmp_path / "c.jsonl"
+    log.write_text("")
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    # The verifier would refuse a fake project's Bigtable, after the check.
+    args = {
+        "pipelines.zeitgeist": [],
+        "pipelines.photon": [],
+        "pipelines.photon_verify": [
+            *("--queries", str(log), "--clicks", str(log), "--joined", str(joined)),
+            *("--bigtable_project", "no-such-project", "--bigtable_instance", "i"),
+        ],
+    }[module]
+    file = tmp_path / "file"
+    file.write_text("")
+    for output, expected in [
+        # An unset shell variable: the sinks would replace the outputs of
+        # an earlier run in the current directory.
+        ("", "--output is empty"),
+        (str(file), f"--output '{file}' is a file, not a directory"),
+        (str(file / "out"), f"--output '{file / 'out'}': '{file}' is a file"),
+        ("/proc/no-such-dir", "--output '/proc/no-such-dir' cannot be created"),
+    ]:
+        done = run_cli(module, *args, "--output", output, cwd=joined)
+        assert_usage_error(done, expected)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl", "file", "joined"]
+    assert not any(joined.iterdir())
+
+
+def test_an_output_directory_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
+    from pipelines import cli
+
+    def refused(**kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    # Root writes anywhere: the probe is made to fail as it would for others.
+    monkeypatch.setattr(cli.tempfile, "TemporaryFile", refused)
+    with pytest.raises(cli.UsageError, match="cannot be written: Permission denied"):
+        cli.output_directory("--output", str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # No scheme: the JVM's gateway exited ('JAVA_GATEWAY_EXITED').
+        (["--spark_master_url=127.0.0.1:7077"], "did you mean spark://127.0.0.1:7077?"),
+        # A Java trace once Spark parsed it.
+        (["--spark_master_url=local[two]"], "'local[two]' is not a Spark master"),
+        (["--spark_conf", "spark.executor.memory"], "--spark_conf expects key=value"),
+        (["--spark_bundle_bytes=0"], "--spark_bundle_bytes must be >= 1"),
+        (["--checkpoint_dir", "/dev/null"], "'/dev/null' is a file, not a directory"),
+    ],
+)
+def test_spark_runner_options_are_checked_before_spark_starts(args, expected, tmp_path):
+    for module in ("pipelines.zeitgeist", "pipelines.photon"):
+        done = run_cli(
+            module, "--output", str(tmp_path / "out"), "--runner=SparkRunner", *args
+        )
+        assert_usage_error(done, expected)
+    assert not (tmp_path / "out").exists(), "nothing may run before the check"
 
 
 def test_verify_refuses_a_joined_directory_that_does_not_exist(tmp_path):

@@ -206,11 +206,41 @@ def test_spark_conf_pairs():
         (["--spark_bundle_bytes=-5"], "--spark_bundle_bytes must be >= 1, got -5"),
         (["--streaming_key_groups=0"], "--streaming_key_groups must be >= 1"),
         (["--spark_progress_seconds=nan"], "--spark_progress_seconds must be >= 0"),
+        # Each of these failed only once the JVM started.
+        (
+            ["--spark_master_url=127.0.0.1:7077"],
+            "(did you mean spark://127.0.0.1:7077?)",
+        ),
+        (["--spark_master_url=local[two]"], "'local[two]' is not a Spark master"),
+        (["--spark_master_url=local[0]"], "give local, local[N], local[*]"),
+        (["--spark_master_url=mesos://m:5050"], "is not a Spark master"),
+        (["--spark_conf", "spark.executor.memory"], "expects key=value"),
+        (["--checkpoint_dir=/dev/null"], "'/dev/null' is a file, not a directory"),
+        (["--checkpoint_dir=/dev/null/ck"], "'/dev/null/ck': '/dev/null' is a file"),
     ],
 )
 def test_mistaken_runner_options_are_refused(flags, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         check_options(PipelineOptions(flags))
+
+
+@pytest.mark.parametrize(
+    "master",
+    [
+        "local",
+        "local[2]",
+        "local[*]",
+        "local[2,3]",
+        "local[*, 4]",
+        "local-cluster[2,1,1024]",
+        "spark://h:7077",
+        "spark://a:7077,b:7077",
+        "yarn",
+        "k8s://https://k:6443",
+    ],
+)
+def test_every_form_of_spark_master_passes(master):
+    check_options(PipelineOptions([f"--spark_master_url={master}"]))
 
 
 def test_runner_options_in_range_and_other_flags_pass():

@@ -218,6 +218,12 @@ def test_checkpoint_refuses_another_pipeline_and_keeps_the_last_commit(tmp_path)
         CheckpointDir(tmp_path).bind({"keyed_stages": ["a"], "key_groups": 8})
 
 
+def test_a_checkpoint_directory_that_cannot_be_made_is_unusable():
+    # An OSError traceback from the streaming job before.
+    with pytest.raises(CheckpointUnusable, match="/proc/no-such/ck cannot be created"):
+        CheckpointDir("/proc/no-such/ck")
+
+
 def test_a_damaged_checkpoint_record_is_refused_naming_it(tmp_path):
     # Truncated, as a copy cut short or a disk that lost a block leaves it:
     # where the job stopped cannot be told, and a guess replays or skips.
