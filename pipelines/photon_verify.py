@@ -251,6 +251,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     with cli.usage_errors():  # a damaged record of an output's pipelines
         for directory in args.joined:
             check_joined_directory(directory)
+    # Before the registry changes: a run must not take clicks over, then fail.
+    cli.output_directory("--output", args.output)
     config = photon_flags.load_config(args)
     output = pathlib.Path(args.output).resolve()
     name = args.pipeline_id or f"{config['pipeline']['id']}-verify"
@@ -269,8 +271,6 @@ def run(argv: Sequence[str] | None = None) -> int:
         check_token(token)
         params = photon.registry_params(config)
         join = photon.join_params(config)
-    # Before the registry changes: a run must not take clicks over, then fail.
-    cli.output_directory("--output", args.output)
     registry = IdRegistry(target, params.gc_days, layout=params.layout)
     try:
         logged = [
