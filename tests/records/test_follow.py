@@ -27,6 +27,7 @@ from transforms.millwheel.event_time import to_millis, to_timestamp
 from transforms.records.after_read import AfterRead
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.followed_files import (
+    FileEnd,
     FileListing,
     FileVersion,
     FollowedFiles,
@@ -66,6 +67,7 @@ def test_a_checkpoint_remembers_the_files_read_and_forgets_the_files_gone():
     tracker = FollowedFilesTracker(FollowedFiles(frozenset({a, gone})))
     assert tracker.try_claim(FileListing(frozenset({a, b, c})))
     assert tracker.try_claim(b)
+    assert tracker.try_claim(FileEnd(b))
     primary, residual = tracker.try_split(0)
     assert residual == FollowedFiles(frozenset({a, b}))
     assert primary.seen == frozenset({b})
@@ -79,8 +81,24 @@ def test_a_file_replaced_under_its_name_is_forgotten_as_it_was():
     tracker = FollowedFilesTracker(FollowedFiles(frozenset({before})))
     assert tracker.try_claim(FileListing(frozenset({replaced})))
     assert tracker.try_claim(replaced)
+    assert tracker.try_claim(FileEnd(replaced))
     _, residual = tracker.try_split(0)
     assert residual == FollowedFiles(frozenset({replaced}))
+
+
+def test_a_checkpoint_asked_while_a_file_is_read_is_taken_at_its_end():
+    # A runner's split, taken in the middle of a file, would leave the
+    # remainder a watermark state without the file's last records.
+    a, b = _file("/d/a"), _file("/d/b")
+    tracker = FollowedFilesTracker(FollowedFiles())
+    assert tracker.try_claim(FileListing(frozenset({a, b})))
+    assert tracker.try_claim(a)
+    assert tracker.try_split(0) is None  # a's records are still being output
+    assert not tracker.try_claim(FileEnd(a))  # now the poll defers
+    primary, residual = tracker.try_split(0)
+    assert (primary.seen, residual.seen) == ({a}, {a})
+    assert not tracker.try_claim(b)
+    tracker.check_done()
 
 
 def test_a_followed_directory_that_did_not_checkpoint_is_not_done():
@@ -150,6 +168,42 @@ def test_an_idle_input_moves_the_watermark_up_to_its_newest_event():
 def test_settings_out_of_range_are_refused(settings):
     with pytest.raises(ValueError):
         FollowSettings(**settings)
+
+
+# -- a checkpoint asked by the runner while a file is read -------------------
+
+
+def test_a_checkpoint_asked_in_the_middle_of_a_file_leaves_the_watermark_its_end(
+    tmp_path,
+):
+    # The SparkRunner checkpoints a source once it has output
+    # --streaming_max_records_per_batch records, from another thread, most
+    # often in the middle of a file, which is read to its end all the same.
+    # The remainder's watermark state was the one taken at the split: it
+    # had not seen the file's last searches, and with no file after them
+    # the idle timeout took the watermark to a search in the middle of the
+    # last file, and no further (the README's live run stuck at 23:47:14,
+    # the event time of line 101,165 of 104,270 of its last part).
+    settings = FollowSettings(max_disorder_seconds=60, idle_timeout_seconds=0.2)
+    follow = FollowSearchQueries(str(tmp_path / "*.jsonl"), settings=settings)
+    _drop(tmp_path, "a.jsonl", [T0 + i * 1_000 for i in range(300)])
+    _drop(tmp_path, "b.jsonl", [T0 + 400_000])
+    outputs, rest, state = followed_polls.poll_checkpointed(
+        follow, FollowedFiles(), InjectorState(), after_outputs=10
+    )
+    # a.jsonl read whole, b.jsonl left to the next batch.
+    assert [o.value.record_id for o in outputs] == [f"a.jsonl-{i}" for i in range(300)]
+    assert {v.path for v in rest.seen} == {str(tmp_path / "a.jsonl")}
+    time.sleep(0.3)
+    # Idle: the watermark reaches the newest search read, not the one read
+    # when the checkpoint was asked.
+    watermark = InjectorWatermark(state, settings)
+    assert to_millis(watermark.current_watermark()) == T0 + 299_000
+    outputs, _, state = followed_polls.poll_checkpointed(
+        follow, rest, watermark.get_estimator_state(), after_outputs=10
+    )
+    assert [o.value.record_id for o in outputs] == ["b.jsonl-0"]
+    assert state.newest_ms == T0 + 400_000
 
 
 # -- a file that does not end whole, polled by the source's DoFn --------------

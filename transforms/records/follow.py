@@ -58,7 +58,11 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   and ends; the watermark then goes to the end of time, as in a batch run.
 
 A large backlog (say, on restart) is read a file at a time: a runner that
-caps the records of a batch checkpoints between files, never inside one.
+caps the records of a batch checkpoints between files, never inside one. A
+checkpoint it asks for while a file is read is taken at the file's end
+(`FollowedFilesTracker`), so that the remainder's watermark has seen every
+record read. (Until 2026-11-27 it was taken at once, its watermark without
+the event times of the rest of the file.)
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ from transforms.records.dead_letters import Parser, counter
 # by class path; those written before the classes moved to their own modules
 # name them here, so FollowedFiles stays importable from this module.
 from transforms.records.followed_files import (  # noqa: F401
+    FileEnd,
     FileListing,
     FileVersion,
     FollowedFiles,
@@ -203,6 +208,12 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
                 counter("files_read_again").inc()
             counter("files_followed").inc()
             yield from self._read(version.path)
+            if not tracker.try_claim(FileEnd(version)):
+                # The runner asked for a checkpoint while the file was read
+                # (its record cap): taken now, the remainder's watermark
+                # state has every record read. It resumes at once.
+                tracker.defer_remainder()
+                return
         if not restriction.final:
             tracker.defer_remainder(Duration.of(self._settings.poll_seconds))
 
