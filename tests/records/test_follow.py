@@ -5,6 +5,7 @@ project's SparkRunner in streaming, over real files in a real directory."""
 import bz2
 import gzip
 import json
+import logging
 import lzma
 import os
 import pickle
@@ -204,6 +205,54 @@ def test_a_checkpoint_asked_in_the_middle_of_a_file_leaves_the_watermark_its_end
     )
     assert [o.value.record_id for o in outputs] == ["b.jsonl-0"]
     assert state.newest_ms == T0 + 400_000
+
+
+# The watermark state of the README's live run that stopped short (its
+# checkpoint's offsets/149.json, as the code of before 2026-11-27 pickled
+# it): newest event 2026-01-05T23:47:14.110Z, a search in the middle of its
+# last file, whose newest was 23:59:59.391.
+_STATE_CUT_SHORT = (
+    b"\x80\x05\x95\x87\x00\x00\x00\x00\x00\x00\x00\x8c%transforms.records."
+    b"injector_watermark\x94\x8c\rInjectorState\x94\x93\x94)\x81\x94}\x94(\x8c"
+    b"\x0cwatermark_ms\x94\x8a\x06>\xc4\x8e\x90\x9b\x01\x8c\tnewest_ms\x94\x8a"
+    b"\x06>\xc4\x8e\x90\x9b\x01\x8c\rlast_record_s\x94GA\xda\xc2y>\xa1\xbaYub."
+)
+
+
+def test_a_watermark_checkpointed_short_of_the_files_read_is_completed_on_resume(
+    tmp_path, caplog
+):
+    # Restarted on such a checkpoint, the job stayed where it had stopped
+    # (windows emitted 5700 of 5740): no file was left to read, and the
+    # checkpoint does not say which file the watermark lacks the end of.
+    # The files it counts as read that are still there are read again,
+    # once, for their newest event time; their records are not output.
+    settings = FollowSettings(max_disorder_seconds=60, idle_timeout_seconds=0.2)
+    follow = FollowSearchQueries(str(tmp_path / "*.jsonl"), settings=settings)
+    state = pickle.loads(_STATE_CUT_SHORT)
+    cut_at, newest = T0 + 85_634_110, T0 + 86_399_391
+    assert (state.newest_ms, state.watermark_ms) == (cut_at, cut_at)
+    assert not state.observed_all
+    _drop(tmp_path, "part-00003.jsonl", [cut_at - 1_000, cut_at, newest, newest - 5])
+    stat = (tmp_path / "part-00003.jsonl").stat()
+    part = FileVersion(str(tmp_path / "part-00003.jsonl"), stat.st_size, stat.st_mtime)
+    archived = _file(str(tmp_path / "part-00002.jsonl"))  # cleared since
+    watermark = InjectorWatermark(state, settings)
+    with caplog.at_level(logging.INFO, logger="transforms.records.follow"):
+        records, dead, rest = _poll(
+            follow, FollowedFiles(frozenset({part, archived})), watermark
+        )
+    assert (records, dead) == ([], [])
+    assert rest.seen == {part}
+    assert watermark.get_estimator_state().newest_ms == newest
+    time.sleep(0.3)
+    assert to_millis(watermark.current_watermark()) == newest
+    # Once: the state resumed from now has seen every file read.
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="transforms.records.follow"):
+        resumed = InjectorWatermark(watermark.get_estimator_state(), settings)
+        assert _poll(follow, rest, resumed)[:2] == ([], [])
+    assert "read again" not in caplog.text
 
 
 # -- a file that does not end whole, polled by the source's DoFn --------------
