@@ -5,6 +5,7 @@ project's SparkRunner in streaming, over real files in a real directory."""
 import bz2
 import gzip
 import json
+import logging
 import lzma
 import os
 import pickle
@@ -27,6 +28,7 @@ from transforms.millwheel.event_time import to_millis, to_timestamp
 from transforms.records.after_read import AfterRead
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.followed_files import (
+    FileEnd,
     FileListing,
     FileVersion,
     FollowedFiles,
@@ -66,6 +68,7 @@ def test_a_checkpoint_remembers_the_files_read_and_forgets_the_files_gone():
     tracker = FollowedFilesTracker(FollowedFiles(frozenset({a, gone})))
     assert tracker.try_claim(FileListing(frozenset({a, b, c})))
     assert tracker.try_claim(b)
+    assert tracker.try_claim(FileEnd(b))
     primary, residual = tracker.try_split(0)
     assert residual == FollowedFiles(frozenset({a, b}))
     assert primary.seen == frozenset({b})
@@ -79,8 +82,24 @@ def test_a_file_replaced_under_its_name_is_forgotten_as_it_was():
     tracker = FollowedFilesTracker(FollowedFiles(frozenset({before})))
     assert tracker.try_claim(FileListing(frozenset({replaced})))
     assert tracker.try_claim(replaced)
+    assert tracker.try_claim(FileEnd(replaced))
     _, residual = tracker.try_split(0)
     assert residual == FollowedFiles(frozenset({replaced}))
+
+
+def test_a_checkpoint_asked_while_a_file_is_read_is_taken_at_its_end():
+    # A runner's split, taken in the middle of a file, would leave the
+    # remainder a watermark state without the file's last records.
+    a, b = _file("/d/a"), _file("/d/b")
+    tracker = FollowedFilesTracker(FollowedFiles())
+    assert tracker.try_claim(FileListing(frozenset({a, b})))
+    assert tracker.try_claim(a)
+    assert tracker.try_split(0) is None  # a's records are still being output
+    assert not tracker.try_claim(FileEnd(a))  # now the poll defers
+    primary, residual = tracker.try_split(0)
+    assert (primary.seen, residual.seen) == ({a}, {a})
+    assert not tracker.try_claim(b)
+    tracker.check_done()
 
 
 def test_a_followed_directory_that_did_not_checkpoint_is_not_done():
@@ -150,6 +169,90 @@ def test_an_idle_input_moves_the_watermark_up_to_its_newest_event():
 def test_settings_out_of_range_are_refused(settings):
     with pytest.raises(ValueError):
         FollowSettings(**settings)
+
+
+# -- a checkpoint asked by the runner while a file is read -------------------
+
+
+def test_a_checkpoint_asked_in_the_middle_of_a_file_leaves_the_watermark_its_end(
+    tmp_path,
+):
+    # The SparkRunner checkpoints a source once it has output
+    # --streaming_max_records_per_batch records, from another thread, most
+    # often in the middle of a file, which is read to its end all the same.
+    # The remainder's watermark state was the one taken at the split: it
+    # had not seen the file's last searches, and with no file after them
+    # the idle timeout took the watermark to a search in the middle of the
+    # last file, and no further (the README's live run stuck at 23:47:14,
+    # the event time of line 101,165 of 104,270 of its last part).
+    settings = FollowSettings(max_disorder_seconds=60, idle_timeout_seconds=0.2)
+    follow = FollowSearchQueries(str(tmp_path / "*.jsonl"), settings=settings)
+    _drop(tmp_path, "a.jsonl", [T0 + i * 1_000 for i in range(300)])
+    _drop(tmp_path, "b.jsonl", [T0 + 400_000])
+    outputs, rest, state = followed_polls.poll_checkpointed(
+        follow, FollowedFiles(), InjectorState(), after_outputs=10
+    )
+    # a.jsonl read whole, b.jsonl left to the next batch.
+    assert [o.value.record_id for o in outputs] == [f"a.jsonl-{i}" for i in range(300)]
+    assert {v.path for v in rest.seen} == {str(tmp_path / "a.jsonl")}
+    time.sleep(0.3)
+    # Idle: the watermark reaches the newest search read, not the one read
+    # when the checkpoint was asked.
+    watermark = InjectorWatermark(state, settings)
+    assert to_millis(watermark.current_watermark()) == T0 + 299_000
+    outputs, _, state = followed_polls.poll_checkpointed(
+        follow, rest, watermark.get_estimator_state(), after_outputs=10
+    )
+    assert [o.value.record_id for o in outputs] == ["b.jsonl-0"]
+    assert state.newest_ms == T0 + 400_000
+
+
+# The watermark state of the README's live run that stopped short (its
+# checkpoint's offsets/149.json, as the code of before 2026-11-27 pickled
+# it): newest event 2026-01-05T23:47:14.110Z, a search in the middle of its
+# last file, whose newest was 23:59:59.391.
+_STATE_CUT_SHORT = (
+    b"\x80\x05\x95\x87\x00\x00\x00\x00\x00\x00\x00\x8c%transforms.records."
+    b"injector_watermark\x94\x8c\rInjectorState\x94\x93\x94)\x81\x94}\x94(\x8c"
+    b"\x0cwatermark_ms\x94\x8a\x06>\xc4\x8e\x90\x9b\x01\x8c\tnewest_ms\x94\x8a"
+    b"\x06>\xc4\x8e\x90\x9b\x01\x8c\rlast_record_s\x94GA\xda\xc2y>\xa1\xbaYub."
+)
+
+
+def test_a_watermark_checkpointed_short_of_the_files_read_is_completed_on_resume(
+    tmp_path, caplog
+):
+    # Restarted on such a checkpoint, the job stayed where it had stopped
+    # (windows emitted 5700 of 5740): no file was left to read, and the
+    # checkpoint does not say which file the watermark lacks the end of.
+    # The files it counts as read that are still there are read again,
+    # once, for their newest event time; their records are not output.
+    settings = FollowSettings(max_disorder_seconds=60, idle_timeout_seconds=0.2)
+    follow = FollowSearchQueries(str(tmp_path / "*.jsonl"), settings=settings)
+    state = pickle.loads(_STATE_CUT_SHORT)
+    cut_at, newest = T0 + 85_634_110, T0 + 86_399_391
+    assert (state.newest_ms, state.watermark_ms) == (cut_at, cut_at)
+    assert not state.observed_all
+    _drop(tmp_path, "part-00003.jsonl", [cut_at - 1_000, cut_at, newest, newest - 5])
+    stat = (tmp_path / "part-00003.jsonl").stat()
+    part = FileVersion(str(tmp_path / "part-00003.jsonl"), stat.st_size, stat.st_mtime)
+    archived = _file(str(tmp_path / "part-00002.jsonl"))  # cleared since
+    watermark = InjectorWatermark(state, settings)
+    with caplog.at_level(logging.INFO, logger="transforms.records.follow"):
+        records, dead, rest = _poll(
+            follow, FollowedFiles(frozenset({part, archived})), watermark
+        )
+    assert (records, dead) == ([], [])
+    assert rest.seen == {part}
+    assert watermark.get_estimator_state().newest_ms == newest
+    time.sleep(0.3)
+    assert to_millis(watermark.current_watermark()) == newest
+    # Once: the state resumed from now has seen every file read.
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="transforms.records.follow"):
+        resumed = InjectorWatermark(watermark.get_estimator_state(), settings)
+        assert _poll(follow, rest, resumed)[:2] == ([], [])
+    assert "read again" not in caplog.text
 
 
 # -- a file that does not end whole, polled by the source's DoFn --------------

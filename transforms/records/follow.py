@@ -58,7 +58,13 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   and ends; the watermark then goes to the end of time, as in a batch run.
 
 A large backlog (say, on restart) is read a file at a time: a runner that
-caps the records of a batch checkpoints between files, never inside one.
+caps the records of a batch checkpoints between files, never inside one. A
+checkpoint it asks for while a file is read is taken at the file's end
+(`FollowedFilesTracker`), so that the remainder's watermark has seen every
+record read. (Until 2026-11-27 it was taken at once, its watermark without
+the event times of the rest of the file; a job resumed on such a
+checkpoint reads the files it has read once more, for their newest event
+time only.)
 """
 
 from __future__ import annotations
@@ -68,25 +74,30 @@ import fnmatch
 import logging
 import os
 import time
+import zlib
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.core import WatermarkEstimatorProvider
 from apache_beam.transforms.window import TimestampedValue
-from apache_beam.utils.timestamp import Duration
+from apache_beam.utils.timestamp import Duration, Timestamp
 from google.protobuf.message import Message
 
 from transforms.millwheel.event_time import to_timestamp
 from transforms.millwheel.state_params import apply_with_state_params, path_param
 from transforms.records.after_read import AfterRead
+from transforms.records.compressed import open_checked
 from transforms.records.dead_letters import Parser, counter
+from transforms.records.file_reader import FileReader
 
 # Checkpoints pickle a followed directory's restriction and watermark state
 # by class path; those written before the classes moved to their own modules
 # name them here, so FollowedFiles stays importable from this module.
 from transforms.records.followed_files import (  # noqa: F401
+    FileEnd,
     FileListing,
     FileVersion,
     FollowedFiles,
@@ -116,6 +127,8 @@ __all__ = [
 ]
 
 _LOGGER = logging.getLogger(__name__)
+# What a damaged file raises while it is read, as `read_file` has them.
+_READ_ERRORS = (OSError, EOFError, zlib.error, pa.ArrowException)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,6 +198,8 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
             found -= self._clear(restriction.seen & found)
         if not tracker.try_claim(FileListing(found)):
             return
+        if not _watermark.observed_all():
+            _watermark.observe_again(self._newest_read(restriction.seen & found))
         read_before = {version.path for version in restriction.seen}
         new = sorted(found - restriction.seen, key=lambda v: (v.last_updated, v.path))
         self._waiting &= found
@@ -203,6 +218,12 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
                 counter("files_read_again").inc()
             counter("files_followed").inc()
             yield from self._read(version.path)
+            if not tracker.try_claim(FileEnd(version)):
+                # The runner asked for a checkpoint while the file was read
+                # (its record cap): taken now, the remainder's watermark
+                # state has every record read. It resumes at once.
+                tracker.defer_remainder()
+                return
         if not restriction.final:
             tracker.defer_remainder(Duration.of(self._settings.poll_seconds))
 
@@ -287,6 +308,44 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
                 settle_s,
             )
         return False
+
+    def _newest_read(self, read: frozenset[FileVersion]) -> Timestamp | None:
+        """The newest event time of the files `read`, read again without
+        output, for a watermark state checkpointed before 2026-11-27, which
+        may lack the last records of a file a runner's checkpoint cut (see
+        `FollowedFilesTracker`). Done once, at the first poll of a job
+        resumed on such a checkpoint; a file read since cleared (deleted or
+        archived) cannot be read again."""
+        started = time.monotonic()
+        newest = None
+        for version in sorted(read):
+            reader = FileReader(
+                self._parser, self._record_type, self._max_line_bytes, version.path
+            )
+            try:
+                with open_checked(version.path) as fh:
+                    for output in reader.read(self._format, fh):
+                        if isinstance(output, Message) and (
+                            newest is None or output.event_time > newest
+                        ):
+                            newest = output.event_time
+            except _READ_ERRORS as error:
+                _LOGGER.warning(
+                    "%s: read again for its newest event time, it could not be "
+                    "read after line %d: %s",
+                    version.path,
+                    reader.done,
+                    error,
+                )
+        _LOGGER.info(
+            "resumed on a checkpoint of before 2026-11-27, whose watermark may "
+            "lack the end of a file: files read so far read again for their "
+            "newest event time (%d, in %.1f s): %s",
+            len(read),
+            time.monotonic() - started,
+            None if newest is None else to_timestamp(newest).to_rfc3339(),
+        )
+        return None if newest is None else to_timestamp(newest)
 
     def initial_estimator_state(self, element: Any, restriction: Any) -> InjectorState:
         return InjectorState()

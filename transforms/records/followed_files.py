@@ -2,10 +2,13 @@
 
 A file is known by its version (path, size, modification time). The
 restriction is the set of versions already read; a poll claims its listing,
-then each new file, so that a checkpoint's remainder has read what was
-claimed and forgets the files no longer listed. `ends_whole` says whether a
-version can be read yet, `followed_directory` which local directory a
-pattern lists. `transforms.records.follow` has the rules these serve.
+then each new file, and the end of its read (`FileEnd`), so that a
+checkpoint's remainder has read what was claimed and forgets the files no
+longer listed. A checkpoint is taken between files, never while a file's
+records are still being output (see `FollowedFilesTracker`). `ends_whole`
+says whether a version can be read yet, `followed_directory` which local
+directory a pattern lists. `transforms.records.follow` has the rules these
+serve.
 """
 
 from __future__ import annotations
@@ -51,11 +54,31 @@ class FileListing:
     present: frozenset[FileVersion]
 
 
+@dataclasses.dataclass(frozen=True)
+class FileEnd:
+    """The file claimed last has been read to its end, every record of it
+    output. Claimed after each file: False says that a checkpoint was asked
+    meanwhile, and the poll is to defer its remainder now."""
+
+    version: FileVersion
+
+
 class FollowedFilesTracker(RestrictionTracker):
-    """Claims a poll's listing, then its new files one by one.
+    """Claims a poll's listing, then its new files one by one, each followed
+    by its `FileEnd`.
 
     Only a checkpoint splits it (`try_split(0)`, from `defer_remainder` or a
     runner's record cap): the remainder has read everything claimed so far.
+    A runner asks for one from another thread, in the middle of a file as
+    often as not, and takes the watermark estimator's state for the
+    remainder just before it splits. Split there, the remainder would
+    resume without the event times of the records the file has yet to
+    output, which are read all the same: the watermark would stop short of
+    the newest record read, for good if no newer file came (a job stuck at
+    a search in the middle of its last file, after its idle timeout, and
+    again after a restart). So a checkpoint asked while a file is read is
+    refused, and remembered: the file's `FileEnd` claim fails, and the poll
+    defers its remainder then, with its watermark state complete.
     """
 
     def __init__(self, restriction: FollowedFiles) -> None:
@@ -63,22 +86,34 @@ class FollowedFilesTracker(RestrictionTracker):
         self._present: frozenset[FileVersion] | None = None
         self._claimed: list[FileVersion] = []
         self._checkpointed = False
+        # The file claimed whose FileEnd is not claimed yet.
+        self._reading: FileVersion | None = None
+        # A checkpoint asked while a file was read, taken at its end.
+        self._checkpoint_asked = False
 
     def current_restriction(self) -> FollowedFiles:
         return self._restriction
 
-    def try_claim(self, position: FileListing | FileVersion) -> bool:
-        if self._checkpointed:
+    def try_claim(self, position: FileListing | FileVersion | FileEnd) -> bool:
+        if isinstance(position, FileEnd):
+            self._reading = None
+            return not (self._checkpointed or self._checkpoint_asked)
+        if self._checkpointed or self._checkpoint_asked:
             return False
         if isinstance(position, FileListing):
             self._present = position.present
         else:
             self._claimed.append(position)
+            self._reading = position
         return True
 
     def try_split(self, fraction_of_remainder: float) -> Any:
         if fraction_of_remainder != 0 or self._checkpointed:
             return None  # a directory listing cannot be shared out
+        if self._reading is not None:
+            # Its records are still to come: split at its end instead.
+            self._checkpoint_asked = True
+            return None
         self._checkpointed = True
         seen = self._restriction.seen | frozenset(self._claimed)
         if self._present is not None:

@@ -32,12 +32,21 @@ class InjectorState:
 
     Times are event-time milliseconds; `last_record_s` is the wall clock
     (seconds) when the newest event time was read, or a file last waited to
-    be read (see `InjectorWatermark.input_pending`).
+    be read (see `InjectorWatermark.input_pending`). `observed_all` says
+    that `newest_ms` has seen every record of the files read: a state
+    checkpointed before 2026-11-27 may have missed the last records of a
+    file that a runner's checkpoint cut (`FollowedFilesTracker`), and is
+    read with it False, until the source has read those files again.
     """
 
     watermark_ms: int = _NO_EVENT_MS
     newest_ms: int = _NO_EVENT_MS
     last_record_s: float = 0.0
+    observed_all: bool = True
+
+    def __setstate__(self, state: dict) -> None:
+        # A state pickled before `observed_all` existed lacks it.
+        self.__dict__.update({"observed_all": False, **state})
 
 
 class InjectorWatermark(WatermarkEstimator):
@@ -57,6 +66,18 @@ class InjectorWatermark(WatermarkEstimator):
             self._state = dataclasses.replace(
                 self._state, newest_ms=event_ms, last_record_s=time.time()
             )
+
+    def observed_all(self) -> bool:
+        """Whether the newest event time has seen every record of the files
+        read (see `InjectorState`)."""
+        return self._state.observed_all
+
+    def observe_again(self, newest: Timestamp | None) -> None:
+        """The newest event time of the files read, read again for a state
+        that had not seen them all (None: none left to read)."""
+        if newest is not None:
+            self.observe_timestamp(newest)
+        self._state = dataclasses.replace(self._state, observed_all=True)
 
     def input_pending(self) -> None:
         """A file is known but not read yet: its records are in flight, so
