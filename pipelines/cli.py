@@ -160,12 +160,39 @@ def require_matches(flag: str, patterns: Sequence[str]) -> None:
     directory or matches no file."""
     for pattern in patterns:
         _refuse_directory(flag, pattern)
-        try:
-            found = FileSystems.match([pattern])[0].metadata_list
-        except BeamIOError as error:
-            raise UsageError(f"{flag} {pattern!r}: {error}") from None
-        if not found:
+        if not _matched(flag, pattern):
             raise UsageError(f"{flag} {pattern!r} matches no file")
+    _refuse_overlaps(flag, patterns)
+
+
+def _matched(flag: str, pattern: str) -> list[str]:
+    """The paths of the files `pattern` matches now."""
+    try:
+        found = FileSystems.match([pattern])[0].metadata_list
+    except BeamIOError as error:
+        raise UsageError(f"{flag} {pattern!r}: {error}") from None
+    return [metadata.path for metadata in found]
+
+
+def _refuse_overlaps(flag: str, patterns: Sequence[str]) -> None:
+    """Raises `UsageError` if a pattern is given twice as `flag`, or two
+    match one file now: each pattern is read on its own, so the file's
+    records would be read, and counted, twice."""
+    for pattern in patterns:
+        if patterns.count(pattern) > 1:
+            raise UsageError(
+                f"{flag} {pattern!r} is given twice: its files would be read twice"
+            )
+    matched_by: dict[str, str] = {}
+    for pattern in patterns:
+        for path in _matched(flag, pattern):
+            first = matched_by.setdefault(path, pattern)
+            if first != pattern:
+                raise UsageError(
+                    f"{flag} {first!r} and {pattern!r} both match {path!r}: "
+                    "its records would be read twice; give patterns that "
+                    "match apart"
+                )
 
 
 def require_formats(
@@ -196,6 +223,7 @@ def require_directories(flag: str, patterns: Sequence[str]) -> None:
         directory = followed_directory(pattern)
         if directory is not None and not os.path.isdir(directory):
             raise UsageError(f"{flag} {pattern!r}: no directory {directory!r}")
+    _refuse_overlaps(flag, patterns)
 
 
 def output_directory(flag: str, value: str) -> pathlib.Path:

@@ -440,3 +440,33 @@ def test_help_names_the_runner_options_it_takes_beside_its_own(module):
     text = " ".join(done.stdout.split())
     for flag in ("--runner=SparkRunner", "--spark_master_url", "--checkpoint_dir"):
         assert flag in text
+
+
+def test_patterns_that_match_one_file_are_refused(tmp_path):
+    # Each pattern is read on its own: before, the file was read twice and
+    # its searches counted twice, without a word.
+    log = tmp_path / "searches.jsonl"
+    log.write_text('{"query": "q", "event_time": 1767571200000}\n')
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"query": "q", "event_time": 1767571200000}\n')
+    out = str(tmp_path / "out")
+    overlapping = run_cli(
+        "pipelines.zeitgeist",
+        *("--input", str(log), "--input", str(tmp_path / "*.jsonl"), "--output", out),
+    )
+    assert_usage_error(
+        overlapping,
+        f"--input {str(log)!r} and {str(tmp_path / '*.jsonl')!r} both match",
+        "read twice",
+    )
+    twice = run_cli(
+        "pipelines.zeitgeist",
+        *("--input", str(log), "--input", str(log), "--output", out),
+    )
+    assert_usage_error(twice, f"--input {str(log)!r} is given twice")
+    apart = run_cli(
+        "pipelines.zeitgeist",
+        *("--input", str(log), "--input", str(other), "--output", out),
+    )
+    assert apart.returncode == 0, apart.stderr
+    assert int(apart.stdout.split("records read")[1].split()[0]) == 2
