@@ -3,6 +3,8 @@
 import logging
 import os
 
+from runners.spark.errors import quiet_beam_reraise_logs
+
 
 def configure_logging() -> None:
     """Our progress at INFO; Beam's and the clients' chatter only from WARNING.
@@ -17,6 +19,7 @@ def configure_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_not_py4j_resends)
+    quiet_beam_reraise_logs()
 
 
 def _not_py4j_resends(record: logging.LogRecord) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import builtins
 import json
+import logging
 import re
 import signal
 import subprocess
@@ -182,3 +183,24 @@ def _chain(exc: BaseException):
         seen.add(id(exc))
         yield exc
         exc = exc.__cause__ or exc.__context__
+
+
+# Beam's DoFn runner logs a failing step's exception, traceback and all,
+# just before it raises that same exception (`_reraise_augmented`, the one
+# log with an exception of its module, compiled, so the record cannot name
+# the function); the runner and the commands report what is raised (one
+# line for a job error, the traceback for a bug), so the log only says it
+# twice, and before that one line.
+_BEAM_DOFN_RUNNER = "apache_beam.runners.common"
+
+
+def _not_beam_reraise(record: logging.LogRecord) -> bool:
+    return not (record.name == _BEAM_DOFN_RUNNER and record.exc_info)
+
+
+def quiet_beam_reraise_logs() -> None:
+    """Drops Beam's log of an exception it is about to raise again, in this
+    process (a command's driver, or a Spark worker running Beam's steps)."""
+    logger = logging.getLogger(_BEAM_DOFN_RUNNER)
+    if _not_beam_reraise not in logger.filters:
+        logger.addFilter(_not_beam_reraise)

@@ -41,7 +41,7 @@ from apache_beam.runners.worker import (
     statesampler,
 )
 
-from runners.spark.errors import StageFailure
+from runners.spark.errors import StageFailure, quiet_beam_reraise_logs
 from runners.spark.keyed import decode_with_bytes
 from runners.spark.metrics import MetricsSnapshot
 from runners.spark.plan import INPUT_ID, SDF_PROCESS_URN, StagePlan
@@ -312,6 +312,9 @@ def harness_for(
     key = digest.hexdigest()
     harness = _HARNESSES.pop(key, None)
     if harness is None:
+        # A step's failure reaches the driver as a StageFailure; Beam's own
+        # log of it would print the traceback on the job's stderr first.
+        quiet_beam_reraise_logs()
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(plan.descriptor)
         harness = InProcessHarness(descriptor)
     _HARNESSES[key] = harness
