@@ -131,15 +131,29 @@ def _unknown_message(
     if not arg.startswith("-"):
         return f"unexpected argument {arg!r}"
     name = arg.split("=", 1)[0]
-    known = [
-        option
-        for p in (parser, beam_parser)
-        for option in p._option_string_actions  # every flag the parser takes
-        if option.startswith("--")
-    ]
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]}?)" if close else ""
+    close = _meant_flag(name, [_flags(parser), _flags(beam_parser)])
+    hint = f" (did you mean {close}?)" if close else ""
     return f"unknown flag {name}{hint}"
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    """Every long flag `parser` takes."""
+    return [o for o in parser._option_string_actions if o.startswith("--")]
+
+
+def _meant_flag(name: str, flag_sets: list[list[str]]) -> str | None:
+    """The flag a user most likely meant by `name`: the shortest that it
+    begins (`--checkpoint` for `--checkpoint_dir`), else the closest in
+    spelling; each set asked in turn (the command's own before Beam's)."""
+    for flags in flag_sets:
+        begun = sorted((f for f in flags if f.startswith(name)), key=len)
+        if begun:
+            return begun[0]
+    for flags in flag_sets:
+        close = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
+        if close:
+            return close[0]
+    return None
 
 
 def finite_float(text: str) -> float:

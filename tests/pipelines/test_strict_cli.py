@@ -59,6 +59,13 @@ def assert_usage_error(done, *expected):
             ["--direct_num_worker", "2"],
             ["did you mean --direct_num_workers?"],
         ),
+        # A flag the word begins is meant before one spelt alike, even a
+        # runner's: --checkpoint was taken for --job_endpoint, then --report.
+        (
+            "pipelines.zeitgeist",
+            ["--checkpoint", "/tmp/c"],
+            ["did you mean --checkpoint_dir?"],
+        ),
         ("pipelines.photon", ["stray"], ["unexpected argument 'stray'"]),
         # A Beam flag's own mistake: Beam's usage block of every flag before.
         ("pipelines.zeitgeist", ["--runner"], ["argument --runner: expected one"]),
