@@ -209,6 +209,15 @@ def _refuse_overlaps(flag: str, patterns: Sequence[str]) -> None:
                 )
 
 
+def refuse_unused(args: argparse.Namespace, flags: Sequence[str], why: str) -> None:
+    """Raises `UsageError` if any of `flags` (argparse names, unset when
+    None) was given: in this mode nothing reads them, and a flag ignored
+    without a word lets a typo of intent change a run."""
+    for name in flags:
+        if getattr(args, name) is not None:
+            raise UsageError(f"--{name} {why}")
+
+
 def require_formats(
     flag: str, patterns: Sequence[str], input_format: str | None
 ) -> None:

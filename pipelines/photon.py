@@ -396,6 +396,16 @@ def run(argv: Sequence[str] | None = None) -> int:
     live_generated = (
         generating and PipelineOptions(beam_args).view_as(StandardOptions).streaming
     )
+    if not generating:
+        cli.refuse_unused(
+            args,
+            ("seed", "num_queries", "rate", "live_minutes"),
+            "sets the generated logs, which --queries and --clicks replace",
+        )
+    elif not live_generated:
+        cli.refuse_unused(
+            args, ("rate", "live_minutes"), "paces the live generator: add --streaming"
+        )
     following = args.follow or live_generated
     if following:
         beam_args = [*beam_args, "--streaming"]

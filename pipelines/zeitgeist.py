@@ -33,6 +33,7 @@ already running, via `$BIGTABLE_EMULATOR_HOST`): an emulator started for
 the run alone would forget the models when the run ends.
 """
 
+import argparse
 import logging
 import pathlib
 import sys
@@ -280,6 +281,21 @@ def warn_of_stale_outputs(
         )
 
 
+def refuse_generator_flags(
+    args: argparse.Namespace, generated: bool, live: bool
+) -> None:
+    """Refuses the generator's flags where no generator runs, and `--rate`
+    where the generator is not played live."""
+    if not generated:
+        cli.refuse_unused(
+            args,
+            ("seed", "num_queries", "days", "rate"),
+            "sets the generated stream, which --input replaces",
+        )
+    elif not live:
+        cli.refuse_unused(args, ("rate",), "paces the live generator: add --streaming")
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
     config = load_config(args)
@@ -289,6 +305,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     live_generated = (
         generated and PipelineOptions(beam_args).view_as(StandardOptions).streaming
     )
+    refuse_generator_flags(args, generated, live_generated)
     if args.follow:
         if generated:
             raise cli.UsageError("--follow needs --input: the files to follow")

@@ -477,3 +477,30 @@ def test_patterns_that_match_one_file_are_refused(tmp_path):
     )
     assert apart.returncode == 0, apart.stderr
     assert int(apart.stdout.split("records read")[1].split()[0]) == 2
+
+
+def test_generator_flags_are_refused_where_no_generator_reads_them(tmp_path):
+    # Before, they were ignored: a run over files, or a batch run, went on
+    # as if they had not been given.
+    log = tmp_path / "searches.jsonl"
+    log.write_text('{"query": "q", "event_time": 1767571200000}\n')
+    out = ("--output", str(tmp_path / "out"))
+    cases = [
+        (
+            "pipelines.zeitgeist",
+            ["--input", str(log), "--num_queries", "5"],
+            "--num_queries sets the generated stream, which --input replaces",
+        ),
+        (
+            "pipelines.zeitgeist",
+            ["--rate", "10"],
+            "--rate paces the live generator: add --streaming",
+        ),
+        (
+            "pipelines.photon",
+            ["--live_minutes", "1"],
+            "--live_minutes paces the live generator: add --streaming",
+        ),
+    ]
+    for module, args, expected in cases:
+        assert_usage_error(run_cli(module, *args, *out), expected)
