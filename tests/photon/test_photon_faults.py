@@ -21,6 +21,7 @@ from tests.photon.test_photon_cli import (
     click_ids,
     finish,
     pipeline_args,
+    run_crashing,
     start_cli,
 )
 from transforms.photon import BigtableTarget, ClickRef, IdRegistry
@@ -136,19 +137,7 @@ def test_verify_killed_midway_then_rerun_joins_each_click_once(
     logs, bigtable_instance, registry, tmp_path
 ):
     crashed = tmp_path / "crashed"
-    finish(
-        start_cli(
-            "pipelines.photon",
-            *pipeline_args(
-                logs,
-                bigtable_instance,
-                crashed,
-                "east",
-                "--fail_after_register_fraction",
-                "0.3",
-            ),
-        )
-    )
+    run_crashing(logs, bigtable_instance, crashed)
     joinable = set(logs["truth"]["joinable"])
     lost = [logs["refs"][c] for c in joinable - set(click_ids(crashed, "joined"))]
     assert lost, "the fault injection lost no click"
