@@ -109,11 +109,12 @@ def live_truth_check(output: pathlib.Path, logs, played_through_ms: int) -> str:
     }
     joined = [j.click.click_id for j in read_output(output, JOINED, JoinedClick)]
     played = {c.click_id for c in logs.clicks}
+    # A resumed run's table would otherwise read as the whole job's.
     rows = [
         ("joinable clicks played", len(due)),
         ("joined exactly once", len(due & set(joined))),
         ("not joined yet", len(due - set(joined))),
-        ("output more than once", len(joined) - len(set(joined))),
         ("joined but not joinable", len((set(joined) & played) - set(logs.joinable))),
+        ("output more than once, all runs", len(joined) - len(set(joined))),
     ]
-    return format_table("Against the played truth", rows)
+    return format_table("Against the clicks this run played", rows)
