@@ -122,7 +122,8 @@ def check_joined_directory(directory: str) -> None:
     folder = pathlib.Path(directory)
     if not folder.is_dir():
         raise cli.UsageError(f"--joined {directory!r} is not a directory")
-    if pipelines_of(folder) is None and not list(folder.glob(f"{JOINED}*.jsonl")):
+    joined = [*folder.glob(f"{JOINED}*.jsonl"), *_runs(folder)]  # or a verifier's
+    if pipelines_of(folder) is None and not joined:
         raise cli.UsageError(
             f"--joined {directory!r} holds no Photon output (no {RECORD}, "
             f"no {JOINED}*.jsonl): give the --output directory of each pipeline"

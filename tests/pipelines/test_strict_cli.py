@@ -504,3 +504,13 @@ def test_generator_flags_are_refused_where_no_generator_reads_them(tmp_path):
     ]
     for module, args, expected in cases:
         assert_usage_error(run_cli(module, *args, *out), expected)
+
+
+def test_a_joined_directory_must_hold_a_photon_output(tmp_path):
+    from pipelines.cli import UsageError
+    from pipelines.photon_verify import check_joined_directory
+
+    with pytest.raises(UsageError, match="holds no Photon output"):
+        check_joined_directory(str(tmp_path))
+    (tmp_path / "run-0001").mkdir()  # what a verifier writes into
+    check_joined_directory(str(tmp_path))
