@@ -113,3 +113,19 @@ def test_a_holder_whose_id_was_taken_finds_out_at_its_next_renewal(lease):
     # Its end leaves the new holder's lease alone.
     with pytest.raises(PipelineIdInUse, match="host-b:/out"):
         lease("host-c:/out").acquire()
+
+
+def test_a_renewal_applied_after_it_timed_out_is_still_this_holders(lease):
+    # The renewal's attempt timed out while Bigtable stalled, and was
+    # applied once it resumed: the cell holds a later value of this holder
+    # than the one last known written. Before, the next renewal took that
+    # for another pipeline's and stopped the only pipeline running.
+    holder = lease("host-a:/out/east")
+    holder.acquire()
+    # The late write: this holder's, of a later time.
+    lease("host-a:/out/east", clock_ms=later(5)).acquire()
+    assert holder.renew()
+    assert holder.renew()
+    # Another holder's value is still another pipeline's.
+    lease("host-b:/out/east", clock_ms=later(LEASE_S + 1)).acquire()
+    assert not holder.renew()

@@ -236,10 +236,20 @@ class PipelineLease:
                     operation_timeout=left,
                 ),
             )
-        # A resent write that had been applied finds its own value.
-        if wrote or self._read(call) == mine:
+        if wrote:
             self._written = mine
             return True
+        current = self._read(call)
+        # A resent write that had been applied finds its own value.
+        if current == mine:
+            self._written = mine
+            return True
+        if current is not None and Holding.decode(current).holder == self._holder:
+            # Still this holder's: an earlier renewal that timed out here (a
+            # Bigtable stalled past the deadline of one attempt) was applied
+            # after all, so the cell is not the value last known written.
+            # Taken for another pipeline's, it stopped the only one running.
+            return self._write_over(current, call)
         return False
 
     def _read(self, call: _Call) -> bytes | None:
