@@ -37,6 +37,7 @@ from pipelines.runner_choice import (
     choose_runner,
     warn_of_ignored_spark_flags,
 )
+from runners.spark.options import file_in_the_way
 from transforms.records.followed_files import followed_directory
 from transforms.records.readers import FORMAT_SUFFIXES, infer_format
 
@@ -172,11 +173,13 @@ def finite_float(text: str) -> float:
 def require_matches(flag: str, patterns: Sequence[str]) -> None:
     """Raises `UsageError` if a file pattern given as `flag` names a
     directory or matches no file."""
+    matched = {}
     for pattern in patterns:
         _refuse_directory(flag, pattern)
-        if not _matched(flag, pattern):
+        matched[pattern] = _matched(flag, pattern)
+        if not matched[pattern]:
             raise UsageError(f"{flag} {pattern!r} matches no file")
-    _refuse_overlaps(flag, patterns)
+    _refuse_overlaps(flag, patterns, matched)
 
 
 def _matched(flag: str, pattern: str) -> list[str]:
@@ -188,10 +191,13 @@ def _matched(flag: str, pattern: str) -> list[str]:
     return [metadata.path for metadata in found]
 
 
-def _refuse_overlaps(flag: str, patterns: Sequence[str]) -> None:
+def _refuse_overlaps(
+    flag: str, patterns: Sequence[str], matched: dict[str, list[str]]
+) -> None:
     """Raises `UsageError` if a pattern is given twice as `flag`, or two
-    match one file now: each pattern is read on its own, so the file's
-    records would be read, and counted, twice."""
+    match one file now (`matched`: each pattern's files): each pattern is
+    read on its own, so the file's records would be read, and counted,
+    twice."""
     for pattern in patterns:
         if patterns.count(pattern) > 1:
             raise UsageError(
@@ -199,7 +205,7 @@ def _refuse_overlaps(flag: str, patterns: Sequence[str]) -> None:
             )
     matched_by: dict[str, str] = {}
     for pattern in patterns:
-        for path in _matched(flag, pattern):
+        for path in matched[pattern]:
             first = matched_by.setdefault(path, pattern)
             if first != pattern:
                 raise UsageError(
@@ -246,7 +252,8 @@ def require_directories(flag: str, patterns: Sequence[str]) -> None:
         directory = followed_directory(pattern)
         if directory is not None and not os.path.isdir(directory):
             raise UsageError(f"{flag} {pattern!r}: no directory {directory!r}")
-    _refuse_overlaps(flag, patterns)
+    matched = {pattern: _matched(flag, pattern) for pattern in patterns}
+    _refuse_overlaps(flag, patterns, matched)
 
 
 def output_directory(flag: str, value: str) -> pathlib.Path:
@@ -260,10 +267,10 @@ def output_directory(flag: str, value: str) -> pathlib.Path:
         # outputs the sinks would replace.
         raise UsageError(f"{flag} is empty: give the directory to write to")
     path = pathlib.Path(value)
-    for part in (path, *path.parents):
-        if part.exists() and not part.is_dir():
-            where = "" if part == path else f": {str(part)!r}"
-            raise UsageError(f"{flag} {value!r}{where} is a file, not a directory")
+    found = file_in_the_way(path)
+    if found is not None:
+        where = "" if found == path else f": {str(found)!r}"
+        raise UsageError(f"{flag} {value!r}{where} is a file, not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -144,18 +144,26 @@ def check_master_url(url: str) -> None:
     )
 
 
+def file_in_the_way(path: Path) -> Path | None:
+    """The file that stands where directory ``path`` is wanted: ``path``
+    itself or one of its parents; None if there is none."""
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            return part
+    return None
+
+
 def _check_checkpoint_dir(path: str | None) -> None:
     """Raises ValueError if the checkpoint directory is a file or under one:
     the streaming job would fail to make it once Spark had started."""
     if not path:
         return
-    for part in (Path(path), *Path(path).parents):
-        if part.exists() and not part.is_dir():
-            where = "" if part == Path(path) else f": {str(part)!r}"
-            raise ValueError(
-                f"SparkRunner: --checkpoint_dir {path!r}{where} is a file, "
-                "not a directory"
-            )
+    found = file_in_the_way(Path(path))
+    if found is not None:
+        where = "" if found == Path(path) else f": {str(found)!r}"
+        raise ValueError(
+            f"SparkRunner: --checkpoint_dir {path!r}{where} is a file, not a directory"
+        )
 
 
 # Flags that look like this runner's: a misspelling of one must not leave
