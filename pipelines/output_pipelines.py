@@ -19,6 +19,8 @@ import os
 import pathlib
 import tempfile
 
+from transforms.records.durable_files import sync_directory, sync_file
+
 RECORD = "photon_pipelines.json"
 
 
@@ -32,7 +34,11 @@ def record_pipeline(output: pathlib.Path, pipeline_id: str) -> None:
     fd, temporary = tempfile.mkstemp(prefix=f".{RECORD}.", dir=output)
     with os.fdopen(fd, "w") as fh:
         fh.write(text + "\n")
+        # The pipeline registers clicks once this returns: without the
+        # record after a power loss, the verifier would refuse this output.
+        sync_file(fh)
     os.replace(temporary, output / RECORD)
+    sync_directory(output)
 
 
 def pipelines_of(output: pathlib.Path) -> frozenset[str] | None:

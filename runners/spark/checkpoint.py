@@ -35,6 +35,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from transforms.records.durable_files import sync_directory, sync_file
+
 _LOGGER = logging.getLogger(__name__)
 _BATCH_FILE = re.compile(r"^(\d+)\.json$")
 # Where a write's temporary file (".<name>.<random>") can be left.
@@ -89,15 +91,9 @@ def _write_atomically(path: Path, data: bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
         with os.fdopen(fd, "wb") as out:
             out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+            sync_file(out)
         os.replace(tmp, path)
-        # The rename is durable only once the directory entry is.
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        sync_directory(path.parent)
     except OSError as error:
         raise unwritable(path, error) from None
 

@@ -2,6 +2,7 @@
 job runs and at the end of a bounded one, each line exactly once."""
 
 import json
+import os
 import time
 
 import apache_beam as beam
@@ -69,6 +70,40 @@ def test_a_part_the_disk_refuses_fails_in_one_error_naming_it(small_disk_dir):
             | beam.Create(_queries(["a", "b"]))
             | WriteJsonLineParts(str(disk / "out"))
         )
+
+
+def test_a_part_is_on_disk_before_its_name_and_its_name_before_the_commit(
+    tmp_path, monkeypatch
+):
+    # A power loss cannot be inflicted here, so the test watches the system
+    # calls that guard against one: the part's bytes are synced before the
+    # rename that names it, and its directory after, so that a batch's
+    # commit (written next) never claims a part that could come back empty.
+    calls = []
+    fsync, rename = os.fsync, os.rename
+
+    def watched_fsync(descriptor):
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        fsync(descriptor)
+
+    def watched_rename(source, target):
+        calls.append(("rename", str(source), str(target)))
+        rename(source, target)
+
+    monkeypatch.setattr(os, "fsync", watched_fsync)
+    monkeypatch.setattr(os, "rename", watched_rename)
+    with beam.Pipeline() as pipeline:
+        _ = (
+            pipeline
+            | beam.Create(_queries(["a"]))
+            | WriteJsonLineParts(str(tmp_path / "out"))
+        )
+    renames = [c for c in calls if c[0] == "rename"]
+    assert [c[2] for c in renames] == [str(tmp_path / "out-000-000000.jsonl")]
+    temporary = renames[0][1]
+    assert calls.index(("fsync", temporary)) < calls.index(renames[0])
+    assert calls.index(renames[0]) < calls.index(("fsync", str(tmp_path)))
+    assert [r["query"] for r in _written(tmp_path)] == ["a"]
 
 
 @pytest.mark.parametrize("kwargs", [{"shards": 0}, {"flush_seconds": -1}])

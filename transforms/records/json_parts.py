@@ -34,6 +34,7 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from transforms.millwheel.state_params import apply_with_state_params, path_param
+from transforms.records.durable_files import sync_directory, sync_file
 from transforms.records.json_files import naming_unwritable, outputs_by_prefix
 from transforms.records.readers import json_line
 
@@ -57,8 +58,11 @@ def _write_atomically(path: str, lines: Iterable[str]) -> None:
         with FileSystems.create(temporary) as out:
             for line in lines:
                 out.write(line.encode("utf-8") + b"\n")
+            # The batch's commit, written after this, says the part exists.
+            sync_file(out)
         # A rename replaces a part an earlier attempt of the same batch wrote.
         FileSystems.rename([temporary], [path])
+        sync_directory(directory)
 
 
 class _PartWriter(beam.DoFn):
