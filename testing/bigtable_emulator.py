@@ -30,6 +30,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -37,9 +38,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from testing.processes import kill_tree
+
 ENV_VAR = "BIGTABLE_EMULATOR_HOST"
 SOURCES = ("env", "cbtemulator", "gcloud", "bttest")
 LOCAL_BUILD = Path(__file__).resolve().parent.parent / ".bin" / "bttest"
+_GUARD = Path(__file__).resolve().with_name("emulator_guard.py")
 
 _log = logging.getLogger(__name__)
 
@@ -161,8 +165,18 @@ class BigtableEmulator:
 
     @property
     def pid(self) -> int | None:
-        """The process id of the emulator we started, if any."""
+        """The process id of the emulator's guard, which leads the process
+        group the emulator runs in; None for one we did not start."""
         return self._process.pid if self._process else None
+
+    def kill(self) -> None:
+        """SIGKILLs the emulator we started, as a crash would: what it held
+        is gone. `stop` is still due."""
+        if self._process is None:
+            raise RuntimeError("this BigtableEmulator started no process")
+        # Process by process: gcloud's wrapper and its emulator make a
+        # process group of their own, which a signal to the guard's misses.
+        kill_tree(self._process.pid)
 
     def __enter__(self) -> BigtableEmulator:
         self.start()
@@ -225,11 +239,13 @@ class BigtableEmulator:
         _log.info("starting Bigtable emulator (%s): %s", source, " ".join(argv))
         # Lives as long as the process; a pipe could fill up and block it.
         self._log_file = tempfile.NamedTemporaryFile(prefix="bigtable-emulator-")  # noqa: SIM115
-        # A new session makes the emulator a process-group leader: gcloud runs
-        # cbtemulator as a child that would outlive a plain terminate().
+        # A new session makes a process group of the emulator: gcloud runs
+        # cbtemulator as a child that would outlive a plain terminate(). Its
+        # guard stops that group if this process dies without stopping it; the
+        # guard's stdin is the pipe whose end only this process holds.
         self._process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
+            [sys.executable, str(_GUARD), *argv],
+            stdin=subprocess.PIPE,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -283,6 +299,7 @@ class BigtableEmulator:
         if self._process is not None:
             _log.info("stopping Bigtable emulator (%s) pid %d", self.source, self.pid)
             _stop_group(self._process, timeout)
+            self._process.stdin.close()
             self._process = None
         if self._log_file is not None:
             self._log_file.close()

@@ -73,16 +73,20 @@ def kill_tree(root: int) -> None:
     """SIGKILL a process and every descendant, as a machine crash would.
     (PySpark's worker daemon runs in a process group of its own, so killing
     the job's group alone would leave its workers running.)"""
-    parents = _parents()
-    doomed = {root}
-    grew = True
-    while grew:
-        found = {pid for pid, parent in parents.items() if parent in doomed}
-        grew = not found <= doomed
-        doomed |= found
-    for pid in doomed:
+    for pid in {root, *descendants(root)}:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def descendants(root: int) -> set[int]:
+    """The processes under `root`: its children, theirs, and so on."""
+    parents = _parents()
+    found: set[int] = set()
+    grew = {root}
+    while grew:
+        grew = {pid for pid, parent in parents.items() if parent in grew} - found
+        found |= grew
+    return found
 
 
 def kill_spark_jvm(driver: int) -> int:

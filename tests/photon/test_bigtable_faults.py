@@ -10,7 +10,6 @@ import collections
 import datetime
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -58,7 +57,7 @@ def test_an_emulator_restarted_empty_under_a_registry_is_detected():
         target = BigtableTarget("p", "i", deadline_s=DEADLINE_S)
         registry = IdRegistry(target, gc_days=3)
         registry.register(ClickRef("c1", T0), "A")
-        os.kill(emulator.pid, signal.SIGKILL)
+        emulator.kill()
         emulator.stop()
         emulator = own_emulator(port)  # same address, nothing in it
         with pytest.raises(TableGone, match="'id_registry' no longer exists"):
@@ -147,7 +146,7 @@ def test_emulator_killed_mid_run_fails_within_the_deadline_then_rerun_is_exact(
             assert first.poll() is None, first.communicate()[1][-2000:]
             time.sleep(0.02)
         registry.close()
-        os.kill(emulator.pid, signal.SIGKILL)
+        emulator.kill()
         killed_at = time.monotonic()
         _, stderr = first.communicate(timeout=120)
         took = time.monotonic() - killed_at

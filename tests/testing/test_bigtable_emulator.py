@@ -1,7 +1,11 @@
 """The Bigtable emulator launcher starts a real emulator and cleans up after it."""
 
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 from google.cloud.bigtable.data import BigtableDataClient, SetCell
@@ -13,7 +17,9 @@ from testing.bigtable_emulator import (
     EmulatorNotFound,
     emulator_command,
     free_port,
+    wait_until_serving,
 )
+from testing.processes import descendants
 from transforms.millwheel.bigtable_tables import TableSpec, ensure_table
 
 pytestmark = pytest.mark.bigtable
@@ -27,9 +33,32 @@ def _pid_alive(pid: int) -> bool:
     # A zombie still answers kill(0); it is gone once its state is Z or absent.
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def _launched_sources():
+    # gcloud's wrapper moves itself and its emulator into a process group of
+    # their own: the case a signal to one group would miss.
+    return [
+        pytest.param(
+            source,
+            marks=pytest.mark.skipif(
+                emulator_command(source, 0) is None, reason=f"no {source} here"
+            ),
+        )
+        for source in ("bttest", "gcloud")
+    ]
+
+
+def _all_gone(pids: list[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(_pid_alive(pid) for pid in pids):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def _round_trip(project: str) -> bytes:
@@ -46,14 +75,15 @@ def test_local_build_round_trip_and_cleanup(monkeypatch):
     monkeypatch.setenv(ENV_VAR, "previous:1234")
 
     with BigtableEmulator(["bttest"]) as emulator:
-        host, pid = emulator.host, emulator.pid
+        host = emulator.host
+        processes = [emulator.pid, *descendants(emulator.pid)]
         assert emulator.source == "bttest"
         assert host.startswith("127.0.0.1:")
         assert os.environ[ENV_VAR] == host
         assert _round_trip("launcher-local") == b"hello"
 
     assert os.environ[ENV_VAR] == "previous:1234"
-    assert not _pid_alive(pid)
+    assert _all_gone(processes, seconds=5)
 
 
 @pytest.mark.skipif(not LOCAL_BUILD.is_file(), reason="run `bash setup.sh` first")
@@ -77,14 +107,14 @@ def test_default_source_round_trip_and_env_removed(monkeypatch):
     except EmulatorNotFound as exc:
         pytest.skip(str(exc))
     try:
-        pid = emulator.pid
+        processes = [emulator.pid, *descendants(emulator.pid)]
         assert emulator.source in ("cbtemulator", "gcloud", "bttest")
         assert _round_trip("launcher-default") == b"hello"
     finally:
         emulator.__exit__(None, None, None)
 
     assert ENV_VAR not in os.environ
-    assert not _pid_alive(pid)
+    assert _all_gone(processes, seconds=5)
 
 
 def test_running_emulator_from_env_is_reused_and_left_running(bigtable_emulator):
@@ -123,3 +153,42 @@ def test_gcloud_command_binds_to_loopback(tmp_path, monkeypatch):
         "--host-port=127.0.0.1:9",
         "--quiet",
     ]
+
+
+@pytest.mark.parametrize("source", _launched_sources())
+def test_an_emulator_does_not_outlive_a_launcher_killed_outright(source):
+    # A Photon command SIGKILLed left the emulator it started running, in a
+    # session of its own, holding its port. A real launcher, a real SIGKILL.
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\n"
+            "from testing.bigtable_emulator import BigtableEmulator\n"
+            f"emulator = BigtableEmulator([{source!r}])\n"
+            "emulator.start()\n"
+            "print(emulator.pid, flush=True)\n"
+            "time.sleep(600)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        guard = int(launcher.stdout.readline())
+        emulator = descendants(guard)
+        assert emulator  # the emulator, and gcloud's wrapper around it
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+    assert _all_gone([guard, *emulator], seconds=15)
+
+
+@pytest.mark.parametrize("source", _launched_sources())
+def test_a_killed_emulator_is_gone_whole_and_stops_answering(source):
+    with BigtableEmulator([source]) as emulator:
+        assert _round_trip(f"kill-{source}") == b"hello"
+        processes = [emulator.pid, *descendants(emulator.pid)]
+        emulator.kill()
+        assert _all_gone(processes, seconds=5)
+        with pytest.raises(TimeoutError):
+            wait_until_serving(emulator.host, timeout=1)
