@@ -321,6 +321,7 @@ _JOB_ERRORS = (
     "StateAheadOfCheckpoint",
     "OutputUnwritable",
     "SparkDriverLost",
+    "SparkJobAborted",
     "PipelineIdInUse",
 )
 _JOB_ERROR_LINE = re.compile(rf"\b({'|'.join(_JOB_ERRORS)}): (.+)")
@@ -334,7 +335,7 @@ def main(run: Callable[[], int], prog: str) -> NoReturn:
     unavailable past its deadline, a table gone, a registry or a checkpoint
     that does not fit the config, a checkpoint another job holds, or one
     whose files cannot be read or written, an output that cannot be
-    written, Spark's driver JVM gone, a
+    written, Spark's driver JVM gone, a job Spark aborted, a
     Photon pipeline id another pipeline runs) is one line too, the error's
     own, and status 1; which runner wrapped it does not matter. Anything
     else is a bug: traceback.

@@ -8,7 +8,9 @@ story first, instead of a JVM stack.
 
 When the driver's own JVM dies (killed, out of memory), every Py4J call
 after fails with a connection error; :func:`driver_lost` turns that into
-:class:`SparkDriverLost`, one line that says so.
+:class:`SparkDriverLost`, one line that says so. When Spark gives up on a
+task for a reason outside the pipeline's code (its Python worker daemon
+killed, say), :func:`job_aborted` makes it one :class:`SparkJobAborted`.
 """
 
 from __future__ import annotations
@@ -156,6 +158,42 @@ def driver_lost(
         except subprocess.TimeoutExpired:
             return None
     return SparkDriverLost(f"Spark's driver JVM {_how_it_ended(status)}; {outcome}")
+
+
+class SparkJobAborted(RuntimeError):
+    """Spark gave up on a task that failed as often as it allows, for a
+    reason outside the pipeline's code: a Python worker that died, or
+    Spark's Python worker daemon killed with its workers."""
+
+
+# Spark's own summary, then the last attempt's error, first line.
+_ABORTED = re.compile(
+    r"Job aborted due to stage failure: (?P<what>.+?), most recent failure: "
+    r"Lost task .*?\): (?:org\.apache\.spark\.SparkException: )?(?P<last>[^\n]+)"
+)
+# Spark's advice on its UDF fault handler ends the crash line: not for Beam.
+_ADVICE = re.compile(r"\s*Consider setting .*$")
+
+
+def job_aborted(exc: BaseException, outcome: str) -> SparkJobAborted | None:
+    """A :class:`SparkJobAborted` if Spark aborted the job in ``exc``'s
+    chain, its message ending in ``outcome``: instead of a Py4J traceback
+    and a JVM stack, what failed and how the last attempt ended. (A failure
+    of the pipeline's own code is `from_spark_exception`'s.)"""
+    from py4j.protocol import Py4JJavaError
+
+    for error in _chain(exc):
+        if not isinstance(error, Py4JJavaError):
+            continue
+        match = _ABORTED.search(str(error))
+        if match is None:
+            continue
+        last = _ADVICE.sub("", match.group("last")).strip()[:300]
+        return SparkJobAborted(
+            f"Spark aborted the job: {match.group('what')}, the last with "
+            f"{last!r}; {outcome}"
+        )
+    return None
 
 
 def _from_the_connection(error: BaseException) -> bool:

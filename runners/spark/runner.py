@@ -24,7 +24,7 @@ from apache_beam.transforms import environments
 
 from runners.spark.drain_plan import drain_phases
 from runners.spark.driver_stages import EXECUTABLE_STAGE
-from runners.spark.errors import driver_lost, from_spark_exception
+from runners.spark.errors import driver_lost, from_spark_exception, job_aborted
 from runners.spark.metrics import MetricsSnapshot, SparkMetrics
 from runners.spark.options import SparkOptions, check_options
 from runners.spark.progress import ProgressLog
@@ -117,7 +117,8 @@ class SparkRunner(runner.PipelineRunner):
             error = from_spark_exception(exc)
             if error is not None:
                 raise error from None
-            lost = driver_lost(sc, exc, "the job's outputs are incomplete")
+            incomplete = "the job's outputs are incomplete"
+            lost = driver_lost(sc, exc, incomplete) or job_aborted(exc, incomplete)
             if lost is not None:
                 raise lost from exc
             raise

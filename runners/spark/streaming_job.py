@@ -40,7 +40,7 @@ from runners.spark.checkpoint import CheckpointDir, CheckpointUnusable
 from runners.spark.drain_plan import truncation_targets
 from runners.spark.driver_stages import IMPULSE
 from runners.spark.durable_store import GroupSummary, key_group_file
-from runners.spark.errors import driver_lost, from_spark_exception
+from runners.spark.errors import driver_lost, from_spark_exception, job_aborted
 from runners.spark.job_position import JobPosition, Remainder
 from runners.spark.metrics import MetricsSnapshot
 from runners.spark.micro_batch import BatchSpec, MicroBatchTranslator, stage_key
@@ -179,15 +179,14 @@ class StreamingJob:
             self.checkpoint.release()
 
     def _lost(self, exc: BaseException) -> BaseException | None:
-        """`exc` as a lost driver JVM, if it is one, saying which batches
-        are committed and how to resume from them."""
+        """`exc` as a lost driver JVM or a job Spark aborted, if it is one,
+        saying which batches are committed and how to resume from them."""
         root = self.checkpoint.root
-        lost = driver_lost(
-            self._sc,
-            exc,
+        resume = (
             f"every batch before {self.position.next_batch} is committed in "
-            f"{root}, and a run with --checkpoint_dir={root} resumes after it",
+            f"{root}, and a run with --checkpoint_dir={root} resumes after it"
         )
+        lost = driver_lost(self._sc, exc, resume) or job_aborted(exc, resume)
         if lost is not None:
             lost.__cause__ = exc
         return lost

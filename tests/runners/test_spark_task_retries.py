@@ -1,9 +1,10 @@
 """A Python worker killed in a stateful stage and in a file sink's write is
-retried on the runner's default master, with no loss and no duplicate.
+retried on the runner's default master, with no loss and no duplicate; the
+worker daemon killed with its workers fails the job in one line.
 
 The job runs in its own process (the suite's shared session uses local[2],
-which never retries), and its user code kills its own worker with SIGKILL
-the first time it reaches each place."""
+which never retries), and its user code kills its own worker, or the
+daemon's process group, with SIGKILL."""
 
 from __future__ import annotations
 
@@ -45,3 +46,33 @@ def test_killed_workers_are_retried_without_loss_or_duplicates(tmp_path):
     ]
     # 0 + 1 + ... + 49 per key, each key exactly once.
     assert sorted(lines) == sorted(f"k{k},1225" for k in range(20))
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["batch", "streaming"])
+def test_a_killed_worker_daemon_fails_the_command_in_one_line(tmp_path, streaming):
+    # Spark's Python worker daemon SIGKILLed with its workers (a real group
+    # kill): no later attempt gets a worker, and the job failed with a Py4J
+    # traceback and a JVM stack where the commands print one line.
+    checkpoint = tmp_path / "checkpoint"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "tests.runners.daemon_kill_job"),
+            *([f"--checkpoint_dir={checkpoint}"] if streaming else []),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 1, done.stderr[-4000:]
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "daemon_kill_job: error: job failed: Spark aborted the job: "
+    )
+    assert "failed 4 times, the last with 'Python worker exited" in last
+    if streaming:
+        assert f"a run with --checkpoint_dir={checkpoint} resumes" in last
+    else:
+        assert last.endswith("the job's outputs are incomplete")
