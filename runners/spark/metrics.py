@@ -4,11 +4,15 @@
 Each task folds the user MonitoringInfos of its bundles into a
 :class:`MetricsSnapshot` and adds it to the job's accumulator once, when its
 partition is done. Spark merges the updates of successful tasks; the driver
-reads the merged snapshot after the job.
+reads the merged snapshot after the job. A cached partition's metrics ride
+in the partition instead, and its readers add them (:class:`JobMetrics`). A
+micro-batch's tasks send theirs to the driver as records of their cached
+outputs, which the batch's last step collects once.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from apache_beam.metrics import monitoring_infos as mi
@@ -88,14 +92,62 @@ class MetricsSnapshot:
         ]
 
 
-class MetricsAccumulatorParam(AccumulatorParam):
-    """Spark accumulator semantics for :class:`MetricsSnapshot`."""
+@dataclass(frozen=True)
+class CachedPartitionMetrics:
+    """The metrics of one partition of a cached stage's output, which every
+    task reading the partition adds to the job's accumulator."""
 
-    def zero(self, value: MetricsSnapshot) -> MetricsSnapshot:
-        return MetricsSnapshot()
+    stage: str
+    partition: int
+    snapshot: MetricsSnapshot
 
-    def addInPlace(self, a: MetricsSnapshot, b: MetricsSnapshot) -> MetricsSnapshot:
-        return a.merge(b)
+
+class JobMetrics:
+    """A batch job's accumulator value: what tasks counted as they ran their
+    stages, and each cached partition's metrics, counted once however many
+    tasks read the partition.
+
+    A cached partition is computed once, by the first task that needs it.
+    When that task failed further on, Spark dropped its accumulator updates,
+    and its retry read the cached partition without running the stage, so
+    the stage's counts were lost. So the partition carries its metrics, and
+    every task that reads it adds them (`CachedPartitionMetrics`): a reader
+    that fails is retried and adds them again, and any number of readers
+    that succeed count them once.
+    """
+
+    def __init__(self) -> None:
+        self.counted = MetricsSnapshot()
+        self.cached: dict[tuple[str, int], MetricsSnapshot] = {}
+
+    def add(self, update: JobMetrics | CachedPartitionMetrics | MetricsSnapshot):
+        """Folds `update` in and returns this."""
+        if isinstance(update, JobMetrics):
+            self.counted.merge(update.counted)
+            for key, snapshot in update.cached.items():
+                self.cached.setdefault(key, snapshot)
+        elif isinstance(update, CachedPartitionMetrics):
+            self.cached.setdefault((update.stage, update.partition), update.snapshot)
+        else:
+            self.counted.merge(update)
+        return self
+
+    def snapshot(self) -> MetricsSnapshot:
+        """Everything counted, as one snapshot."""
+        total = MetricsSnapshot().merge(self.counted)
+        for snapshot in self.cached.values():
+            total.merge(snapshot)
+        return total
+
+
+class JobMetricsParam(AccumulatorParam):
+    """Spark accumulator semantics for :class:`JobMetrics`."""
+
+    def zero(self, value: JobMetrics) -> JobMetrics:
+        return JobMetrics()
+
+    def addInPlace(self, a: JobMetrics, b) -> JobMetrics:
+        return a.add(b)
 
 
 class SparkMetrics(MetricResults):

@@ -37,7 +37,7 @@ from apache_beam.runners.portability.fn_api_runner.translations import only_elem
 
 from runners.spark.driver_stages import EXECUTABLE_STAGE, IMPULSE, side_pcollections
 from runners.spark.keyed import round_robin_partition
-from runners.spark.metrics import MetricsAccumulatorParam, MetricsSnapshot
+from runners.spark.metrics import MetricsSnapshot
 from runners.spark.micro_batch_task import (
     META,
     EarlyWatermark,
@@ -196,9 +196,6 @@ class MicroBatchTranslator(RddTranslator):
             pc: self._side_contents.get(pc, []) for pc in self._side_pcollections
         }
         self._meta, self.leaves = [], []
-        self.accumulator = self._sc.accumulator(
-            MetricsSnapshot(), MetricsAccumulatorParam()
-        )
         try:
             self.translate()
             wanted = self._meta + [leaf.filter(_never) for leaf in self.leaves]
@@ -209,9 +206,20 @@ class MicroBatchTranslator(RddTranslator):
                 records = self._few_tasks(self._sc.union(wanted)).collect()
             finally:
                 self._sc.setJobDescription(None)
-            return records, self.accumulator.value
         finally:
             self.unpersist()
+        # A task's metrics come as a driver record of its cached partition,
+        # not through an accumulator: a task that computed the partition and
+        # then failed downstream had its accumulator updates dropped, and
+        # its retry read the cached partition without counting again.
+        metrics = MetricsSnapshot()
+        others = []
+        for record in records:
+            if isinstance(record, MetricsSnapshot):
+                metrics.merge(record)
+            else:
+                others.append(record)
+        return others, metrics
 
     def _translate_if_ready(self, proto: beam_runner_api_pb2.PTransform) -> bool:
         known = self._rdds.keys() | self._empty
@@ -343,7 +351,6 @@ class MicroBatchTranslator(RddTranslator):
             self._windowed[out_pc],
             self._components.pcollections[in_pc].windowing_strategy_id,
             task,
-            self.accumulator,
         )
         tagged = self._by_key_group(proto, in_pc, self._windowed[in_pc]).mapPartitions(
             body
@@ -371,7 +378,6 @@ class MicroBatchTranslator(RddTranslator):
             plan,
             self._shipped,
             self._bundle_bytes,
-            self.accumulator,
             task,
             self._side_input_broadcast(plan),
         )

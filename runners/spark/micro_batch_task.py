@@ -5,7 +5,9 @@ processing time (``MicroBatchTime``), over durable key groups when the stage
 is keyed. Besides its outputs it yields, tagged ``META``, what the driver
 must learn: each touched key group's :class:`GroupSummary`, each deferred
 splittable-DoFn remainder (:class:`Deferred`), each element held back for
-its side inputs (:class:`PushedBack`).
+its side inputs (:class:`PushedBack`), and the task's metrics (a
+``MetricsSnapshot``), which ride with its cached output so that a retried
+task downstream neither loses nor repeats them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from runners.spark.components import context_from_bytes
 from runners.spark.keyed import decode_with_bytes
 from runners.spark.plan import StagePlan
 from runners.spark.side_inputs import FirstPanes
-from runners.spark.stage_executor import StageExecutor
+from runners.spark.stage_executor import META, StageExecutor
 from runners.spark.streaming_state import DurableStageState, KeyGroups, key_group
 from runners.spark.watermark import (
     MAX_MICROS,
@@ -33,7 +35,6 @@ from runners.spark.watermark import (
     event_horizon,
 )
 
-META = -1
 _LOGGER = logging.getLogger(__name__)
 
 
@@ -218,7 +219,6 @@ def stage_partition(
     plan: StagePlan,
     components: bytes,
     bundle_bytes: int,
-    accumulator: Any,
     task: TaskSpec,
     side_bc: Any,
     records: Iterable[Any],
@@ -247,7 +247,7 @@ def stage_partition(
         executor.state.abandon()
         raise
     if executor.metrics:
-        accumulator.add(executor.metrics)
+        yield META, executor.metrics
     deferred = [_deferred(task.stage, residual) for residual in time.deferred]
     task.report_watermark(deferred, TaskContext.get().partitionId())
     for summary in summaries:

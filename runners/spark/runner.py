@@ -4,7 +4,8 @@ The pipeline is optimised by Beam's own phases (fusion, combiner lifting,
 SDF expansion), translated stage by stage into RDDs, and run as one Spark job
 (plus a job per round of side inputs, which the driver collects). In batch
 the call is synchronous: the returned result is already DONE, with user
-metrics merged through a Spark accumulator. Progress goes to the log
+metrics merged through a Spark accumulator, or collected with the cached
+partitions of the stages that computed them. Progress goes to the log
 (``progress.py``). A streaming pipeline (``--streaming``, or any unbounded
 PCollection) runs as micro-batches in a background thread
 (``streaming_job.py``), and ``run()`` returns the running job's result.
@@ -102,13 +103,7 @@ class SparkRunner(runner.PipelineRunner):
             try:
                 with ProgressLog(sc, float(spark_options.spark_progress_seconds)):
                     translator.translate()
-                    if translator.leaves:
-                        _LOGGER.info(
-                            "SparkRunner: running the %d stage(s) whose output "
-                            "nothing reads",
-                            len(translator.leaves),
-                        )
-                        sc.union(translator.leaves).foreach(_discard)
+                    metrics = translator.finish()
             finally:
                 # A call to the JVM: if it has died, this raises too, and the
                 # handler below sees that error, the first one in its chain.
@@ -130,9 +125,7 @@ class SparkRunner(runner.PipelineRunner):
             sc.master,
             translator.stages_on_driver,
         )
-        return SparkPipelineResult(
-            runner.PipelineState.DONE, translator.accumulator.value
-        )
+        return SparkPipelineResult(runner.PipelineState.DONE, metrics)
 
     def _run_streaming(self, pipeline, sc, spark_options) -> StreamingPipelineResult:
         settings = StreamingSettings(
@@ -226,7 +219,3 @@ def _copied(pipeline: beam_runner_api_pb2.Pipeline) -> beam_runner_api_pb2.Pipel
     copy = beam_runner_api_pb2.Pipeline()
     copy.CopyFrom(pipeline)
     return copy
-
-
-def _discard(_record) -> None:
-    """Spark action body: the stages' side effects are the point."""

@@ -65,6 +65,11 @@ _SPLIT_AT_CURRENT_ELEMENT = beam_fn_api_pb2.ProcessBundleSplitRequest.DesiredSpl
     fraction_of_remainder=0.0
 )
 
+# The tag of a record for the driver in a stage's output (its outputs are
+# tagged 0, 1, ...): the task's metrics, and in a micro-batch what the
+# driver must learn to commit it.
+META = -1
+
 
 class UntimedStateSampler(statesampler.StateSampler):
     """Beam's state sampler without its sampling thread.
@@ -514,10 +519,16 @@ def run_partition(
     side_input_entries: Iterable[tuple[bytes, bytes]],
     inputs: Iterable[bytes],
     bundle_bytes: int,
-    metrics_accumulator: Any,
-) -> Iterator[tuple[int, bytes]]:
-    """Spark ``mapPartitions`` body: run the stage, then report metrics."""
+    metrics_accumulator: Any | None,
+) -> Iterator[tuple[int, Any]]:
+    """Spark ``mapPartitions`` body: run the stage, then report metrics, to
+    ``metrics_accumulator`` or, without one, as a last record tagged
+    ``META`` (for a partition that is cached: see `RddTranslator._stage`)."""
     executor = StageExecutor(plan, side_input_entries, bundle_bytes)
     yield from executor.run(inputs)
-    if executor.metrics:
+    if not executor.metrics:
+        return
+    if metrics_accumulator is None:
+        yield META, executor.metrics
+    else:
         metrics_accumulator.add(executor.metrics)

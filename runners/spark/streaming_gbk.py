@@ -198,13 +198,12 @@ def group_streaming(
     output_coder_id: str,
     windowing_strategy_id: str,
     batch: TaskSpec,
-    accumulator: Any,
     records: Iterable[tuple[int, bytes]],
 ) -> Iterator[tuple[int, Any]]:
     """Spark ``mapPartitions`` body: ``records`` are (key group, encoded
     element), with an empty element for a group woken by a due timer.
-    Yields ``(0, encoded chunk)`` outputs, then ``(-1, GroupSummary)`` per
-    group touched."""
+    Yields ``(0, encoded chunk)`` outputs, then ``(-1, MetricsSnapshot)`` if
+    it dropped late data and ``(-1, GroupSummary)`` per group touched."""
     context = context_from_bytes(components)
     in_coder = context.coders[input_coder_id]
     in_impl = in_coder.get_impl()
@@ -236,7 +235,7 @@ def group_streaming(
     if grouping.dropped_late:
         metrics = MetricsSnapshot()
         metrics.add_counter(batch.stage, DROPPED_LATE, grouping.dropped_late)
-        accumulator.add(metrics)
+        yield -1, metrics
     for summary in summaries:
         yield -1, summary
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from apache_beam.portability import common_urns
@@ -39,10 +40,15 @@ from runners.spark.driver_stages import (
     driver_stages,
     side_pcollections,
 )
-from runners.spark.metrics import MetricsAccumulatorParam, MetricsSnapshot
+from runners.spark.metrics import (
+    CachedPartitionMetrics,
+    JobMetrics,
+    JobMetricsParam,
+    MetricsSnapshot,
+)
 from runners.spark.options import SparkOptions
 from runners.spark.plan import StagePlan, build_stage_plan
-from runners.spark.stage_executor import run_partition
+from runners.spark.stage_executor import META, run_partition
 
 FLATTEN = common_urns.primitives.FLATTEN.urn
 GROUP_BY_KEY = common_urns.primitives.GROUP_BY_KEY.urn
@@ -86,7 +92,7 @@ class RddTranslator:
             environments=components.environments,
         ).SerializeToString()
         self._context = context_from_bytes(self._shipped)
-        self.accumulator = sc.accumulator(MetricsSnapshot(), MetricsAccumulatorParam())
+        self.accumulator = sc.accumulator(JobMetrics(), JobMetricsParam())
         self._rdds: dict[str, Any] = {}
         # Each output of a multi-output stage: the stage's tagged (and
         # persisted) RDD and the output's tag in it.
@@ -224,18 +230,28 @@ class RddTranslator:
                 rdds.append(self._rdds[next(iter(same_stage))])
             else:
                 tagged, _ = self._tagged_outputs[next(iter(same_stage))]
-                wanted = functools.partial(
-                    _has_one_of_tags, frozenset(same_stage.values())
-                )
-                rdds.append(tagged.filter(wanted).values())
+                rdds.append(self._read_cached(tagged, set(same_stage.values())))
         return rdds
 
-    def _set(self, pcoll: str, rdd) -> None:
+    def _set(self, pcoll: str, rdd, *, cached: bool = False) -> None:
+        """`rdd` is `pcoll`'s; read by more than one consumer, it is
+        persisted unless `cached` (a filter over a persisted RDD)."""
         if self._consumers[pcoll] == 0:
             self.leaves.append(rdd)
-        elif self._consumers[pcoll] > 1:
+        elif self._consumers[pcoll] > 1 and not cached:
             rdd = self._persist(rdd)
         self._rdds[pcoll] = rdd
+
+    def finish(self) -> MetricsSnapshot:
+        """Runs the stages whose outputs nothing reads; returns the job's
+        metrics."""
+        if self.leaves:
+            _LOGGER.info(
+                "SparkRunner: running the %d stage(s) whose output nothing reads",
+                len(self.leaves),
+            )
+            self._sc.union(self.leaves).foreach(_discard)
+        return self.accumulator.value.snapshot()
 
     def _persist(self, rdd):
         rdd = rdd.persist(StorageLevel.MEMORY_AND_DISK)
@@ -336,26 +352,37 @@ class RddTranslator:
                 .values()
             )
         side_bc = self._side_input_broadcast(plan)
+        outputs = plan.outputs
+        # Cached, a partition's metrics ride in it, for its readers to add
+        # (see `JobMetrics`).
+        cached = len(outputs) > 1 or (
+            len(outputs) == 1 and self._consumers[outputs[0]] > 1
+        )
         body = functools.partial(
             _stage_partition,
             plan,
             side_bc,
             self._bundle_bytes,
-            self.accumulator,
+            None if cached else self.accumulator,
         )
         # Named after the fused transforms, for the Spark UI and event log.
-        tagged = rdd.mapPartitions(body).setName(proto.unique_name)
-        if not plan.outputs:
+        tagged = rdd.mapPartitionsWithIndex(body).setName(proto.unique_name)
+        if not outputs:
             self.leaves.append(tagged)
-        elif len(plan.outputs) == 1:
-            self._set(plan.outputs[0], tagged.values())
+        elif not cached:
+            self._set(outputs[0], tagged.values())
         else:
             tagged = self._persist(tagged)
-            for ix, pcoll in enumerate(plan.outputs):
+            for ix, pcoll in enumerate(outputs):
                 self._tagged_outputs[pcoll] = (tagged, ix)
-                self._set(
-                    pcoll, tagged.filter(functools.partial(_has_tag, ix)).values()
-                )
+                self._set(pcoll, self._read_cached(tagged, {ix}), cached=True)
+
+    def _read_cached(self, tagged, tags: set[int]):
+        """The elements of a cached stage's outputs `tags`, its partitions'
+        metrics added to the accumulator as they are read."""
+        return tagged.mapPartitions(
+            functools.partial(_tagged_values, frozenset(tags), self.accumulator)
+        )
 
     def _side_input_entries(self, plan: StagePlan) -> list[tuple[bytes, bytes]]:
         entries = []
@@ -384,10 +411,24 @@ def _has_tag(ix: int, record: tuple[int, bytes]) -> bool:
     return record[0] == ix
 
 
-def _has_one_of_tags(tags: frozenset[int], record: tuple[int, bytes]) -> bool:
-    return record[0] in tags
+def _tagged_values(
+    tags: frozenset[int], accumulator: Any, records: Iterable[tuple[int, Any]]
+) -> Iterator[Any]:
+    for tag, value in records:
+        if tag in tags:
+            yield value
+        elif tag == META:
+            accumulator.add(value)
 
 
-def _stage_partition(plan, side_bc, bundle_bytes, accumulator, inputs):
+def _discard(_record) -> None:
+    """Spark action body: the stages' side effects are the point."""
+
+
+def _stage_partition(plan, side_bc, bundle_bytes, accumulator, partition, inputs):
     entries = side_bc.value if side_bc is not None else ()
-    return run_partition(plan, entries, inputs, bundle_bytes, accumulator)
+    for tag, value in run_partition(plan, entries, inputs, bundle_bytes, accumulator):
+        if tag == META:
+            # The cache's readers add them, each partition's once.
+            value = CachedPartitionMetrics(plan.label, partition, value)
+        yield tag, value

@@ -1,6 +1,7 @@
 """A Python worker killed in a stateful stage and in a file sink's write is
-retried on the runner's default master, with no loss and no duplicate; the
-worker daemon killed with its workers fails the job in one line.
+retried on the runner's default master, with no loss and no duplicate, in
+the outputs and in the counters; the worker daemon killed with its workers
+fails the job in one line.
 
 The job runs in its own process (the suite's shared session uses local[2],
 which never retries), and its user code kills its own worker, or the
@@ -8,6 +9,7 @@ daemon's process group, with SIGKILL."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -76,3 +78,37 @@ def test_a_killed_worker_daemon_fails_the_command_in_one_line(tmp_path, streamin
         assert f"a run with --checkpoint_dir={checkpoint} resumes" in last
     else:
         assert last.endswith("the job's outputs are incomplete")
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["batch", "streaming"])
+def test_counters_are_exact_when_a_task_retries_over_cached_partitions(
+    tmp_path, streaming
+):
+    # The worker dies downstream of a stage whose partitions it had already
+    # computed and cached. Counted through an accumulator, the stage's counts
+    # went with the failed attempt, and the retry read the cached partitions
+    # without counting again: half of them were lost in batch, all of them in
+    # streaming, where every stage's output is cached.
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    checkpoint = [f"--checkpoint_dir={tmp_path / 'checkpoint'}"] if streaming else []
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "tests.runners.metrics_retry_job"),
+            f"--markers={markers}",
+            *checkpoint,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert (markers / "died").exists()
+    counted = json.loads(done.stdout.strip().splitlines()[-1])
+    assert counted == {
+        "SplitLeft/ParDo(Count)": 200,
+        "CountRight": 200,
+        "CountFlattened": 400,
+    }
