@@ -22,22 +22,25 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_killed_workers_are_retried_without_loss_or_duplicates(tmp_path):
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.runners.batch_retry_job",
-            f"--output={tmp_path / 'out' / 'totals'}",
-            f"--markers={markers}",
-        ],
+def _run_job(module: str, *args: str) -> subprocess.CompletedProcess:
+    """Runs `tests.runners.<module>` in a process of its own, to the end."""
+    return subprocess.run(
+        [sys.executable, "-m", f"tests.runners.{module}", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+
+
+def test_killed_workers_are_retried_without_loss_or_duplicates(tmp_path):
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    done = _run_job(
+        "batch_retry_job",
+        f"--output={tmp_path / 'out' / 'totals'}",
+        f"--markers={markers}",
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert sorted(p.name for p in markers.iterdir()) == ["sink", "stateful"]
@@ -56,16 +59,8 @@ def test_a_killed_worker_daemon_fails_the_command_in_one_line(tmp_path, streamin
     # kill): no later attempt gets a worker, and the job failed with a Py4J
     # traceback and a JVM stack where the commands print one line.
     checkpoint = tmp_path / "checkpoint"
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "tests.runners.daemon_kill_job"),
-            *([f"--checkpoint_dir={checkpoint}"] if streaming else []),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    done = _run_job(
+        "daemon_kill_job", *([f"--checkpoint_dir={checkpoint}"] if streaming else [])
     )
     assert done.returncode == 1, done.stderr[-4000:]
     assert "Traceback" not in done.stderr
@@ -92,18 +87,7 @@ def test_counters_are_exact_when_a_task_retries_over_cached_partitions(
     markers = tmp_path / "markers"
     markers.mkdir()
     checkpoint = [f"--checkpoint_dir={tmp_path / 'checkpoint'}"] if streaming else []
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "tests.runners.metrics_retry_job"),
-            f"--markers={markers}",
-            *checkpoint,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-    )
+    done = _run_job("metrics_retry_job", f"--markers={markers}", *checkpoint)
     assert done.returncode == 0, done.stderr[-4000:]
     assert (markers / "died").exists()
     counted = json.loads(done.stdout.strip().splitlines()[-1])
