@@ -289,7 +289,8 @@ def _pipeline_id_held(
     output: pathlib.Path,
 ) -> Iterator[threading.Event]:
     """Holds the pipeline id while the job runs (`PipelineLease`), and fails
-    the command if another pipeline took it meanwhile; the block gets the
+    the command if another pipeline took it meanwhile, or the registry table
+    lost it (emptied under the job); the block gets the
     event to stop the job on. The holder is the host and the output
     directory: what a restart of this pipeline shares, and a second
     pipeline under the same id does not."""
@@ -299,7 +300,7 @@ def _pipeline_id_held(
         with lease.held() as lost:
             yield lost
         if lost.is_set():
-            raise lease.taken_over()
+            raise lease.lost_because
     finally:
         lease.close()
 

@@ -6,6 +6,7 @@ import time
 import pytest
 
 from tests.photon.joining import target_of
+from transforms.photon.bigtable_retry import TableGone
 from transforms.photon.pipeline_lease import PipelineIdInUse, PipelineLease
 
 GC_DAYS = 3
@@ -110,6 +111,8 @@ def test_a_holder_whose_id_was_taken_finds_out_at_its_next_renewal(lease):
         # pipeline that starts while host-a is stalled.
         lease("host-b:/out", lease_s=1.5, clock_ms=later(2.0)).acquire()
         assert lost.wait(timeout=3.0), "renewed every 0.5 s, yet never found out"
+    assert isinstance(running.lost_because, PipelineIdInUse)
+    assert "was taken by another pipeline" in str(running.lost_because)
     # Its end leaves the new holder's lease alone.
     with pytest.raises(PipelineIdInUse, match="host-b:/out"):
         lease("host-c:/out").acquire()
@@ -129,3 +132,27 @@ def test_a_renewal_applied_after_it_timed_out_is_still_this_holders(lease):
     # Another holder's value is still another pipeline's.
     lease("host-b:/out/east", clock_ms=later(LEASE_S + 1)).acquire()
     assert not holder.renew()
+
+
+@pytest.mark.parametrize("how", ["emptied", "deleted"])
+def test_a_holder_whose_table_lost_the_lease_stops_with_table_gone(
+    lease, bigtable_instance, how
+):
+    # An emulator restarted empty under the job: the table is gone, or, once
+    # a task of the job opened the registry, there again but empty. Before,
+    # the first went unnoticed (each renewal failed, a warning) and the
+    # second read as another pipeline taking the id.
+    running = lease("host-a:/out", lease_s=1.5)
+    table = bigtable_instance.instance().table("id_registry")
+    with running.held() as lost:
+        if how == "emptied":
+            table.truncate()
+        else:
+            table.delete()
+        assert lost.wait(timeout=3.0), "renewed every 0.5 s, yet never found out"
+    assert isinstance(running.lost_because, TableGone)
+    assert "'id_registry'" in str(running.lost_because)
+    if how == "emptied":
+        assert "no longer holds pipeline id 'east'" in str(running.lost_because)
+    else:
+        assert "no longer exists" in str(running.lost_because)

@@ -33,7 +33,13 @@ from google.cloud.bigtable.data import DeleteRangeFromColumn, SetCell
 from google.cloud.bigtable.data import row_filters as rf
 
 from transforms.millwheel.bigtable_tables import ID_REGISTRY_FAMILY, id_registry_table
-from transforms.photon.bigtable_retry import call_with_retries, open_table, within
+from transforms.photon.bigtable_retry import (
+    TableGone,
+    call_with_retries,
+    check_gone,
+    open_table,
+    within,
+)
 from transforms.photon.params import BigtableTarget
 
 _log = logging.getLogger(__name__)
@@ -73,7 +79,8 @@ class PipelineLease:
 
     ``acquire`` raises `PipelineIdInUse` while another holder renews it;
     ``held`` acquires, renews in a thread while the block runs, and
-    releases after; ``taken_over`` is the error for a lease lost meanwhile.
+    releases after; ``lost_because`` is the error of a lease lost
+    meanwhile: ``taken_over``, or `TableGone`.
     """
 
     def __init__(
@@ -100,6 +107,7 @@ class PipelineLease:
         self._attempt_s = min(self._renew_every_s, _LONGEST_ATTEMPT_S)
         self._clock_ms = clock_ms
         self._written: bytes | None = None
+        self._lost_because: Exception | None = None
 
     def close(self) -> None:
         self._client.close()
@@ -122,8 +130,27 @@ class PipelineLease:
 
     def renew(self) -> bool:
         """Renews the lease, one attempt; False if another pipeline has
-        taken it."""
-        return self._write_over(self._written, self._once)
+        taken it. Raises `TableGone` if the table, or the lease's cell, is
+        gone: the table was deleted, or emptied under the running job (an
+        emulator restarted empty, whose table the job's tasks create anew),
+        and the registrations with it."""
+        if self._write_over(self._written, self._once):
+            return True
+        if self._read(self._once) is None:
+            # Another pipeline overwrites the cell, never deletes it.
+            raise TableGone(
+                f"Bigtable table {self._table_id!r} no longer holds pipeline "
+                f"id {self._token!r}'s lease: it was emptied under the running "
+                "job (an emulator restarted empty, say); its registrations are "
+                "lost, so the job stops rather than risk joining a click twice"
+            )
+        return False
+
+    @property
+    def lost_because(self) -> Exception | None:
+        """Why `held` set its event: another pipeline took the id
+        (`PipelineIdInUse`), or the table lost the lease (`TableGone`)."""
+        return self._lost_because
 
     def release(self) -> None:
         """Frees the id at once for another holder, if this one holds it;
@@ -154,8 +181,8 @@ class PipelineLease:
     @contextlib.contextmanager
     def held(self) -> Iterator[threading.Event]:
         """Holds the id while the block runs, renewing it in a thread. The
-        block gets an event set if another pipeline takes the id meanwhile
-        (see `taken_over`).
+        block gets an event set if another pipeline takes the id meanwhile,
+        or the table loses the lease (see `lost_because`).
 
         Ending the block never waits on Bigtable for more than a renewal's
         time, and a failed release is only a warning: a job that failed
@@ -190,12 +217,19 @@ class PipelineLease:
     def _renew_until(self, stop: threading.Event, lost: threading.Event) -> None:
         while not stop.wait(self._renew_every_s):
             try:
-                if not self.renew() and not stop.is_set():
-                    _log.error("%s", self.taken_over())
-                    lost.set()
-                    return
-            except Exception as error:  # noqa: BLE001 - retried at the next renewal
-                _log.warning("pipeline id %r: renewal failed: %s", self._token, error)
+                if self.renew():
+                    continue
+                error = self.taken_over()
+            except TableGone as gone:
+                error = gone
+            except Exception as failed:  # noqa: BLE001 - retried at the next renewal
+                _log.warning("pipeline id %r: renewal failed: %s", self._token, failed)
+                continue
+            if not stop.is_set():
+                _log.error("%s", error)
+                self._lost_because = error
+                lost.set()
+            return
 
     def _refuse_if_held(self, holding: Holding) -> None:
         age_ms = self._clock_ms() - holding.renewed_ms
@@ -269,7 +303,11 @@ class PipelineLease:
 
     def _once(self, operation: str, call: Callable[[float], T]) -> T:
         # A renewal's time at most: the next renewal is the retry.
-        return call(self._attempt_s)
+        try:
+            return call(self._attempt_s)
+        except Exception as error:
+            check_gone(self._table_id, operation, error)
+            raise
 
 
 def _column() -> rf.RowFilter:
