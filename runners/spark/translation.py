@@ -407,10 +407,6 @@ def _with_tag(ix: int, data: bytes) -> tuple[int, bytes]:
     return ix, data
 
 
-def _has_tag(ix: int, record: tuple[int, bytes]) -> bool:
-    return record[0] == ix
-
-
 def _tagged_values(
     tags: frozenset[int], accumulator: Any, records: Iterable[tuple[int, Any]]
 ) -> Iterator[Any]:
@@ -427,8 +423,16 @@ def _discard(_record) -> None:
 
 def _stage_partition(plan, side_bc, bundle_bytes, accumulator, partition, inputs):
     entries = side_bc.value if side_bc is not None else ()
-    for tag, value in run_partition(plan, entries, inputs, bundle_bytes, accumulator):
+    outputs = run_partition(plan, entries, inputs, bundle_bytes, accumulator)
+    if accumulator is not None:
+        return outputs
+    return _named_metrics(plan.label, partition, outputs)
+
+
+def _named_metrics(stage: str, partition: int, outputs):
+    """A cached partition's records, its metrics named by stage and
+    partition, so that its readers add them once."""
+    for tag, value in outputs:
         if tag == META:
-            # The cache's readers add them, each partition's once.
-            value = CachedPartitionMetrics(plan.label, partition, value)
+            value = CachedPartitionMetrics(stage, partition, value)
         yield tag, value

@@ -11,6 +11,8 @@ take it only once it is that old, so a pipeline that crashed frees its id
 within ``lease_s``, and its own restart takes it at once. A holder that
 stalled past ``lease_s`` while another took the id finds out at its next
 renewal: ``held`` sets its ``lost`` event, and the command stops the job.
+So does a holder whose table, or whose cell, is gone (`TableGone`): the
+table was deleted or emptied under the job, and the registrations with it.
 Until then both output clicks: the lease narrows that window to a renewal
 period, it cannot fence a stalled holder's writes (the registry's
 conditional writes are per click row, and cannot also check this one).
