@@ -173,6 +173,9 @@ _ABORTED = re.compile(
 )
 # Spark's advice on its UDF fault handler ends the crash line: not for Beam.
 _ADVICE = re.compile(r"\s*Consider setting .*$")
+# How an attempt ends when Spark's Python workers, or their daemon, died:
+# the worker's stream ends, or the daemon's is closed to a new request.
+_WORKERS_DIED = re.compile(r"Python worker exited unexpectedly|Stream closed")
 
 
 def job_aborted(exc: BaseException, outcome: str) -> SparkJobAborted | None:
@@ -189,9 +192,12 @@ def job_aborted(exc: BaseException, outcome: str) -> SparkJobAborted | None:
         if match is None:
             continue
         last = _ADVICE.sub("", match.group("last")).strip()[:300]
+        cause = " (its Python workers died: killed, or out of memory?)"
+        if not _WORKERS_DIED.search(last):
+            cause = ""
         return SparkJobAborted(
             f"Spark aborted the job: {match.group('what')}, the last with "
-            f"{last!r}; {outcome}"
+            f"{last!r}{cause}; {outcome}"
         )
     return None
 

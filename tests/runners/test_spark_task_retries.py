@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +69,13 @@ def test_a_killed_worker_daemon_fails_the_command_in_one_line(tmp_path, streamin
     assert last.startswith(
         "daemon_kill_job: error: job failed: Spark aborted the job: "
     )
-    assert "failed 4 times, the last with 'Python worker exited" in last
+    # How the last attempt ends depends on when it asked for a worker.
+    assert re.search(
+        r"failed 4 times, the last with '(Python worker exited unexpectedly"
+        r"|java\.io\.IOException: Stream closed)",
+        last,
+    ), last
+    assert "(its Python workers died: killed, or out of memory?)" in last
     if streaming:
         assert f"a run with --checkpoint_dir={checkpoint} resumes" in last
     else:
