@@ -1,9 +1,10 @@
 """Runs a command for as long as the process that started it lives.
 
-``python emulator_guard.py ARGV...`` runs ARGV in its own process group and
-reads its standard input, a pipe whose other end only the launching process
-holds. When that end closes (the launcher exited, however it died, SIGKILL
-included), the guard stops the command's process group. Without it, a
+``python emulator_guard.py ARGV...``, started in a session of its own, runs
+ARGV in its process group and reads its standard input, a pipe whose other
+end only the launching process holds. When that end closes (the launcher
+exited, however it died, SIGKILL included), the guard stops the command,
+and the process group the command may have made for itself. Without it, a
 Bigtable emulator launched by a Photon command that was SIGKILLed went on
 running, holding its port and memory, since it runs in a session of its own
 (so that a Ctrl-C meant for the pipeline does not stop it first).

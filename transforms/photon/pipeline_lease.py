@@ -11,11 +11,12 @@ take it only once it is that old, so a pipeline that crashed frees its id
 within ``lease_s``, and its own restart takes it at once. A holder that
 stalled past ``lease_s`` while another took the id finds out at its next
 renewal: ``held`` sets its ``lost`` event, and the command stops the job.
-So does a holder whose table, or whose cell, is gone (`TableGone`): the
-table was deleted or emptied under the job, and the registrations with it.
 Until then both output clicks: the lease narrows that window to a renewal
 period, it cannot fence a stalled holder's writes (the registry's
 conditional writes are per click row, and cannot also check this one).
+A holder whose table, or whose cell, is gone stops its job the same way,
+with `TableGone`: the table was deleted or emptied under the job, and the
+registrations with it.
 
 Every write is a conditional one on the exact value read or last written:
 of two pipelines starting together, one takes the lease and the other reads
