@@ -51,7 +51,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines import cli, live, live_flags, photon_live
 from pipelines import config as config_loader
-from pipelines.output_pipelines import record_pipeline
+from pipelines.output_pipelines import pipelines_of, record_pipeline
 from pipelines.outputs import WriteOutputs, read_output, write_at_end, write_parts
 from pipelines.photon_flags import check_inputs, load_config, parse_args
 from pipelines.runner_choice import choose_runner
@@ -73,7 +73,7 @@ from transforms.photon import (
     RegistryLayout,
     RegistryParams,
 )
-from transforms.photon.bigtable_retry import BigtableUnavailable
+from transforms.photon.bigtable_retry import BigtableUnavailable, table_exists
 from transforms.photon.pipeline_lease import PipelineLease
 from transforms.photon.registration import check_token
 from transforms.records.follow import (
@@ -281,6 +281,30 @@ def build(
     write({str(output / name): pcoll for name, pcoll in sinks.items()})
 
 
+def _warn_if_registry_lost(
+    target: BigtableTarget, token: str, output: pathlib.Path
+) -> None:
+    """Warns when this pipeline has written to `output` before and yet the
+    id registry does not exist: the registrations of its earlier runs are
+    gone (the table deleted, or an emulator restarted empty, as the one a
+    command starts for itself always is), so a duplicate of a click it
+    joined then, or the same click in another pipeline, can be joined again.
+    Nothing tells such a registry from a first run's, so this only warns."""
+    with cli.usage_errors():
+        ran_here = token in (pipelines_of(output) or ())
+    if ran_here and not table_exists(target, target.registry_table):
+        _log.warning(
+            "pipeline %r has written to %s before, but the id registry table "
+            "%r does not exist: the clicks registered in earlier runs are not "
+            "in it (the table deleted, or an emulator restarted empty), so a "
+            "duplicate of one of them, or the same click in another pipeline, "
+            "can be joined again",
+            token,
+            output,
+            target.registry_table,
+        )
+
+
 @contextlib.contextmanager
 def _pipeline_id_held(
     target: BigtableTarget,
@@ -295,6 +319,7 @@ def _pipeline_id_held(
     directory: what a restart of this pipeline shares, and a second
     pipeline under the same id does not."""
     holder = f"{socket.gethostname()}:{output.resolve()}"
+    _warn_if_registry_lost(target, token, output)
     lease = PipelineLease(target, registry.gc_days, token, holder)
     try:
         with lease.held() as lost:

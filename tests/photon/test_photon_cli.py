@@ -324,3 +324,26 @@ def test_logs_older_than_the_gc_horizon_by_the_wall_clock_get_a_warning(logs, tm
     horizon = f"older than the GC horizon ({GC_DAYS} days before the wall clock)"
     assert f"{too_old} clicks were {horizon}" in stderr
     assert "--now_ms" in stderr
+
+
+def test_a_rerun_whose_registry_is_gone_is_warned_of(logs, bigtable_instance, tmp_path):
+    # Its earlier run's registrations are lost with the table (deleted here;
+    # an emulator restarted empty does the same): a duplicate of a click it
+    # joined then, or the same click in another pipeline, is joined again.
+    output = tmp_path / "east"
+    args = pipeline_args(logs, bigtable_instance, output, "east")
+    warning = "has written to"
+
+    def stderr_of_a_run():
+        process = start_cli("pipelines.photon", *args)
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr[-3000:]
+        return stderr
+
+    assert warning not in stderr_of_a_run()  # a first run: nothing to lose
+    assert warning not in stderr_of_a_run()  # the registry kept
+    bigtable_instance.instance().table("id_registry").delete()
+    lines = [line for line in stderr_of_a_run().splitlines() if warning in line]
+    assert len(lines) == 1
+    assert "pipeline 'east' has written to" in lines[0]
+    assert "id registry table 'id_registry' does not exist" in lines[0]

@@ -129,6 +129,19 @@ def ensure_table(
         _ensured.add(key)
 
 
+def table_exists(
+    project: str,
+    instance_id: str,
+    table_id: str,
+    *,
+    attempt_timeout_s: float | None = None,
+) -> bool:
+    """Whether the table exists: one admin call (bounded by
+    ``attempt_timeout_s`` and not retried, if given, as in ``ensure_table``)."""
+    admin = _TableAdmin(project, instance_id, attempt_timeout_s)
+    return admin.families(table_id) is not None
+
+
 def family_max_age(
     project: str,
     instance_id: str,

@@ -26,6 +26,7 @@ from typing import TypeVar
 import grpc
 from google.api_core import exceptions as core
 
+from transforms.millwheel import bigtable_tables as tables
 from transforms.millwheel.bigtable_clients import data_client
 from transforms.millwheel.bigtable_tables import TableSpec, ensure_table
 from transforms.photon.params import BigtableTarget
@@ -130,6 +131,21 @@ def ensure_table_by_deadline(
             project, instance_id, spec, attempt_timeout_s=attempt_timeout(left)
         ),
         deadline_s,
+    )
+
+
+def table_exists(target: BigtableTarget, table_id: str) -> bool:
+    """``bigtable_tables.table_exists`` under this policy."""
+    return call_with_retries(
+        table_id,
+        "get table",
+        lambda left: tables.table_exists(
+            target.project,
+            target.instance_id,
+            table_id,
+            attempt_timeout_s=attempt_timeout(left),
+        ),
+        target.deadline_s,
     )
 
 
