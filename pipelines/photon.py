@@ -319,7 +319,6 @@ def _pipeline_id_held(
     directory: what a restart of this pipeline shares, and a second
     pipeline under the same id does not."""
     holder = f"{socket.gethostname()}:{output.resolve()}"
-    _warn_if_registry_lost(target, token, output)
     lease = PipelineLease(target, registry.gc_days, token, holder)
     try:
         with lease.held() as lost:
@@ -477,6 +476,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             type(pipeline.runner).__name__,
             ", live until stopped (Ctrl-C)" if following else "",
         )
+        # Before the lease creates the registry table, if it is gone.
+        _warn_if_registry_lost(target, token, output)
         started = time.monotonic()
         with _pipeline_id_held(target, registry, token, output) as lost:
             # Before any click is registered: photon_verify re-joins only
