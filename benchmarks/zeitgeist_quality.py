@@ -32,6 +32,7 @@ from pipelines import config as config_loader  # noqa: E402
 from pipelines.outputs import read_output  # noqa: E402
 from pipelines.zeitgeist import build, zeitgeist_transform  # noqa: E402
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG  # noqa: E402
+from runners.in_process import InProcessDirectRunner  # noqa: E402
 from testing.evaluator import evaluate, false_alarms_per_query_week  # noqa: E402
 from testing.zeitgeist_generator import DAY_MS, StreamSpec, generate  # noqa: E402
 from transforms.records.zeitgeist_pb2 import Anomaly  # noqa: E402
@@ -53,7 +54,7 @@ def run_zeitgeist(stream, workdir: pathlib.Path) -> list[Anomaly]:
     source = workdir / "searches.parquet"
     stream.write_parquet(source)
     config = config_loader.read(DEFAULT_CONFIG)
-    with beam.Pipeline() as pipeline:
+    with beam.Pipeline(runner=InProcessDirectRunner()) as pipeline:
         build(pipeline, [str(source)], None, zeitgeist_transform(config), workdir, [])
     return read_output(workdir, "anomalies", Anomaly)
 

@@ -54,7 +54,7 @@ from pipelines import config as config_loader
 from pipelines.output_pipelines import pipelines_of, record_pipeline
 from pipelines.outputs import WriteOutputs, read_output, write_at_end, write_parts
 from pipelines.photon_flags import check_inputs, load_config, parse_args
-from pipelines.runner_choice import choose_runner
+from pipelines.runner_choice import choose_runner, runs_on_beam
 from pipelines.summary import (
     counter_totals,
     followed_files_rows,
@@ -436,7 +436,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         beam_args = [*beam_args, "--streaming"]
     runner, beam_args = choose_runner(beam_args)
     options = PipelineOptions(beam_args)
-    if runner is None:
+    if runs_on_beam(runner):
         live.require_streaming_runner(options, following)
     output = cli.output_directory("--output", args.output)
     generated = player = None

@@ -3,7 +3,10 @@
 Beam's own SparkRunner downloads a Java job server bundling Spark 3; ours runs
 on PySpark 4 in Python. `--runner=SparkRunner` picks ours unless the user
 points at a Java job server (`--job_endpoint` or `--spark_job_server_jar`),
-which only Beam's runner can use. Our runner's own options (`--spark_*`,
+which only Beam's runner can use. With no `--runner`, or with
+`--runner=DirectRunner`, the job runs on Beam's DirectRunner without its
+attempt to download and run Prism first (`runners.in_process`); Prism is
+`--runner=PrismRunner`. Our runner's own options (`--spark_*`,
 `--checkpoint_dir`) given to a job that runs on Beam's local runners are
 ignored by them: a warning says so. A `--runner` that names no runner is
 refused before anything runs, with the names it takes.
@@ -24,6 +27,8 @@ _RUNNER_NAMES = tuple(StandardOptions.KNOWN_RUNNER_NAMES)
 # Beam's local runners, by their canonical names (`_canonical`); they read
 # none of our SparkRunner's options.
 _BEAM_LOCAL_RUNNERS = ("directrunner", "bundlebaseddirectrunner", "fnapirunner")
+# Names of Beam's DirectRunner that `runners.in_process` stands in for.
+_SWITCHING_DIRECT_RUNNERS = ("directrunner", "switchingdirectrunner")
 # Beam's DirectRunner and the runners it is made of or made into.
 _BEAM_DIRECT_RUNNERS = (
     "directrunner",
@@ -43,13 +48,25 @@ def choose_runner(beam_args: Sequence[str]) -> tuple[PipelineRunner | None, list
     name, rest = _pop_runner(args)
     if name is not None:
         check_runner(name)
-    if name is None or _canonical(name) != "sparkrunner":
+    if name is None or _canonical(name) in _SWITCHING_DIRECT_RUNNERS:
+        from runners.in_process import InProcessDirectRunner
+
+        return InProcessDirectRunner(), rest
+    if _canonical(name) != "sparkrunner":
         return None, args
     if any(a.split("=", 1)[0] in _JAVA_ONLY_FLAGS for a in rest):
         return None, args
     from runners.spark import SparkRunner
 
     return SparkRunner(), rest
+
+
+def runs_on_beam(runner: PipelineRunner | None) -> bool:
+    """Whether a runner `choose_runner` returned is one of Beam's (None:
+    Beam resolves `--runner` itself) rather than this project's SparkRunner."""
+    from runners.in_process import InProcessDirectRunner
+
+    return runner is None or isinstance(runner, InProcessDirectRunner)
 
 
 def is_beam_local(name: str | None) -> bool:
@@ -101,7 +118,7 @@ def check_runner_options(beam_args: Sequence[str]) -> None:
     with (`runners.spark.options.check_options`), when `--runner` chooses
     it: it would otherwise fail once the job is built and Spark started."""
     runner, rest = choose_runner(beam_args)
-    if runner is not None:
+    if not runs_on_beam(runner):
         from runners.spark.options import check_options
 
         check_options(PipelineOptions(rest))

@@ -52,7 +52,7 @@ from pipelines.outputs import (
     write_at_end,
     write_parts,
 )
-from pipelines.runner_choice import choose_runner
+from pipelines.runner_choice import choose_runner, runs_on_beam
 from pipelines.summary import (
     counter_totals,
     followed_files_rows,
@@ -321,7 +321,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         follow = live_flags.follow_settings(config)
     runner, beam_args = choose_runner(beam_args)
     options = PipelineOptions(beam_args)
-    if runner is None:
+    if runs_on_beam(runner):
         live.require_streaming_runner(options, following)
     output = cli.output_directory("--output", args.output)
     player = stream = None

@@ -3,7 +3,8 @@ local[2] SparkSession, one standalone Spark cluster, and the
 ``both_runners`` marker.
 
 A module marked ``both_runners`` runs each of its tests twice: on Beam's
-DirectRunner and on this project's SparkRunner, with the same assertions.
+DirectRunner (kept in process: ``runners.in_process``) and on this
+project's SparkRunner, with the same assertions.
 Its pipelines are built without a runner (``TestPipeline(options=...)`` or
 ``beam.Pipeline(options=...)``), so the fixture points Beam's default runner
 at the one the test is parametrised with.
@@ -22,6 +23,8 @@ from __future__ import annotations
 import pytest
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
+
+from runners.in_process import IN_PROCESS_DIRECT_RUNNER
 
 pytest_plugins = ["testing.fixtures"]
 
@@ -107,7 +110,10 @@ def spark_cluster():
 @pytest.fixture(autouse=True)
 def _default_runner(request, monkeypatch):
     """Points Beam's default runner at the one a ``both_runners`` test is
-    parametrised with."""
+    parametrised with; for the others, and the DirectRunner's turn, at the
+    DirectRunner kept in process (`runners.in_process`), as the commands
+    run it: Beam's own would try to download Prism first."""
+    monkeypatch.setattr(StandardOptions, "DEFAULT_RUNNER", IN_PROCESS_DIRECT_RUNNER)
     callspec = getattr(request.node, "callspec", None)
     if callspec is not None and callspec.params.get("beam_runner") == "spark":
         request.getfixturevalue("spark_session")

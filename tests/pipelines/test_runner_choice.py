@@ -12,6 +12,7 @@ from pipelines.runner_choice import (
     is_beam_local,
     warn_of_ignored_spark_flags,
 )
+from runners.in_process import InProcessDirectRunner
 from runners.spark import SparkRunner
 
 
@@ -47,14 +48,32 @@ def test_no_warning_when_nothing_is_ignored(caplog):
 
 
 @pytest.mark.parametrize(
-    "name",
-    ["SparkRunner", "spark", "DIRECT", "FnApiRunner", "runners.spark.SparkRunner"],
+    ("name", "chosen"),
+    [
+        ("SparkRunner", SparkRunner),
+        ("spark", SparkRunner),
+        ("runners.spark.SparkRunner", type(None)),  # a class: Beam imports it
+        ("DirectRunner", InProcessDirectRunner),
+        ("DIRECT", InProcessDirectRunner),
+        ("SwitchingDirectRunner", InProcessDirectRunner),
+        ("FnApiRunner", type(None)),
+        ("PrismRunner", type(None)),
+        ("BundleBasedDirectRunner", type(None)),
+    ],
 )
-def test_runners_are_taken_as_beam_resolves_their_names(name):
+def test_runners_are_taken_as_beam_resolves_their_names(name, chosen):
     check_runner(name)
-    assert isinstance(choose_runner([f"--runner={name}"])[0], SparkRunner) == (
-        name.lower() in ("sparkrunner", "spark")
-    )
+    runner, rest = choose_runner([f"--runner={name}", "--direct_num_workers=1"])
+    assert type(runner) is chosen
+    # Beam resolves the name itself when no runner is chosen here.
+    kept = [] if runner is not None else [f"--runner={name}"]
+    assert rest == [*kept, "--direct_num_workers=1"]
+
+
+def test_no_runner_is_the_direct_runner_kept_in_process():
+    runner, rest = choose_runner(["--direct_num_workers=1"])
+    assert isinstance(runner, InProcessDirectRunner)
+    assert rest == ["--direct_num_workers=1"]
 
 
 def test_a_short_name_of_a_local_runner_is_local():

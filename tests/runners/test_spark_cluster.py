@@ -12,6 +12,8 @@ import apache_beam as beam
 import pipelines_for_tests as tp
 import pytest
 
+from runners.in_process import InProcessDirectRunner
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
@@ -47,7 +49,7 @@ def test_pipeline_on_standalone_cluster_with_a_retried_task(tmp_path, spark_clus
     expected_prefix = str(tmp_path / "expected")
     no_failure = tmp_path / "no-failure"
     no_failure.touch()
-    with beam.Pipeline("DirectRunner") as p:
+    with beam.Pipeline(InProcessDirectRunner()) as p:
         tp.cluster_pipeline(p, str(no_failure), expected_prefix)
     # A retried task leaves neither duplicate lines nor stray temporary files.
     assert _lines(prefix) == _lines(expected_prefix)

@@ -21,6 +21,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import trigger, window
 
+from runners.in_process import InProcessDirectRunner
 from runners.spark import SparkRunner
 from runners.spark.errors import PipelineError
 from runners.spark.options import SparkOptions, master_url
@@ -42,7 +43,9 @@ def _run_to_lines(runner, build, out_dir) -> list[str]:
 
 
 def test_stateful_timers_match_direct_runner(tmp_path):
-    direct = _run_to_lines("DirectRunner", tp.stateful_pipeline, tmp_path / "d")
+    direct = _run_to_lines(
+        InProcessDirectRunner(), tp.stateful_pipeline, tmp_path / "d"
+    )
     spark = _run_to_lines(SparkRunner(), tp.stateful_pipeline, tmp_path / "s")
     assert spark == direct
     assert any("beat" in line for line in spark)
