@@ -62,7 +62,8 @@ class SparkOptions(PipelineOptions):
             default=None,
             help="Streaming: directory of the offset and commit logs and of "
             "keyed state; a restart on the same directory resumes the job "
-            "(default: a fresh temporary directory, named in the log).",
+            "(default: a fresh temporary directory, named in the log, deleted "
+            "when the job finishes and kept after a stop or a failure).",
         )
         parser.add_argument(
             "--streaming_key_groups",

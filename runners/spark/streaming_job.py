@@ -84,9 +84,12 @@ class StreamingJob:
             _LOGGER.info(
                 "SparkRunner streaming: no --checkpoint_dir given; checkpoints "
                 "go to the fresh directory %s (a restart cannot resume from it "
-                "unless it is passed)",
+                "unless it is passed; deleted if the job finishes)",
                 path,
             )
+        # A directory of our own making is deleted once the job finishes:
+        # there is nothing left to resume, and nobody else knows its name.
+        self._temporary = not settings.checkpoint_dir
         self.checkpoint = CheckpointDir(path)
         self._sc, self._spark_options = sc, spark_options
         self._settings = settings
@@ -177,6 +180,9 @@ class StreamingJob:
             self.state = runner.PipelineState.FAILED
         finally:
             self.checkpoint.release()
+            # Kept after a stop or a failure: the log named it for a resume.
+            if self._temporary and self.state == runner.PipelineState.DONE:
+                shutil.rmtree(self.checkpoint.root, ignore_errors=True)
 
     def _lost(self, exc: BaseException) -> BaseException | None:
         """`exc` as a lost driver JVM or a job Spark aborted, if it is one,

@@ -1,12 +1,14 @@
 """SparkRunner streaming semantics that Beam's suites do not pin down:
 processing-time timers with no input, allowed lateness across batches,
-metrics of a running and a finished job, cancel, an idle source, and a
-foreign checkpoint."""
+metrics of a running and a finished job, cancel, an idle source, a
+foreign checkpoint, and a temporary one."""
 
 from __future__ import annotations
 
 import functools
 import logging
+import pathlib
+import tempfile
 import time
 
 import apache_beam as beam
@@ -167,6 +169,47 @@ def test_a_cancelled_job_stops_after_committing_its_batch(tmp_path):
     offsets = [int(p.stem) for p in (checkpoint / "offsets").glob("*.json")]
     commits = [int(p.stem) for p in (checkpoint / "commits").glob("*.json")]
     assert commits and max(commits) == max(offsets)
+
+
+def test_a_checkpoint_of_the_runners_own_making_goes_when_the_job_finishes(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pipeline = beam.Pipeline(
+        runner=SparkRunner(), options=PipelineOptions(["--streaming"])
+    )
+    sums = (
+        pipeline
+        | TestStream()
+        .add_elements([("a", 1), ("a", 2)])
+        .advance_watermark_to_infinity()
+        | beam.WindowInto(FixedWindows(60))
+        | beam.CombinePerKey(sum)
+    )
+    assert_that(sums, equal_to([("a", 3)]))
+    result = pipeline.run()
+    assert result.wait_until_finish() == PipelineState.DONE
+    made = pathlib.Path(result.checkpoint_dir)
+    assert made.parent == tmp_path and made.name.startswith("millwheel-checkpoint-")
+    assert not made.exists()
+
+
+def test_a_checkpoint_of_the_runners_own_making_stays_when_the_job_stops(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    start = time.time()
+    pipeline = beam.Pipeline(
+        runner=SparkRunner(), options=PipelineOptions(["--streaming"])
+    )
+    _ = pipeline | PeriodicImpulse(
+        start_timestamp=start, stop_timestamp=start + 3600, fire_interval=0.1
+    )
+    result = pipeline.run()
+    assert result.wait_until_finish(duration=5_000) == PipelineState.RUNNING
+    assert result.cancel() == PipelineState.CANCELLED
+    # The log named it: a run passing it as --checkpoint_dir resumes.
+    assert list((pathlib.Path(result.checkpoint_dir) / "commits").glob("*.json"))
 
 
 def test_a_checkpoint_of_another_pipeline_is_refused(tmp_path):
