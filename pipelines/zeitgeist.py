@@ -285,15 +285,17 @@ def refuse_generator_flags(
     args: argparse.Namespace, generated: bool, live: bool
 ) -> None:
     """Refuses the generator's flags where no generator runs, and `--rate`
-    where the generator is not played live."""
+    and `--live_minutes` where the generator is not played live."""
     if not generated:
         cli.refuse_unused(
             args,
-            ("seed", "num_queries", "days", "rate"),
+            ("seed", "num_queries", "days", "rate", "live_minutes"),
             "sets the generated stream, which --input replaces",
         )
     elif not live:
-        cli.refuse_unused(args, ("rate",), "paces the live generator: add --streaming")
+        cli.refuse_unused(
+            args, ("rate", "live_minutes"), "paces the live generator: add --streaming"
+        )
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -322,7 +324,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     runner, beam_args = choose_runner(beam_args)
     options = PipelineOptions(beam_args)
     if runs_on_beam(runner):
-        live.require_streaming_runner(options, following)
+        follows = "--streaming with no input" if live_generated else None
+        live.require_streaming_runner(options, "--follow" if args.follow else follows)
     output = cli.output_directory("--output", args.output)
     player = stream = None
     resume = live.resumes(options)

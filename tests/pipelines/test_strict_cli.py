@@ -288,6 +288,19 @@ def test_follow_mistakes_are_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "z").exists(), "nothing may run before the check"
 
 
+@pytest.mark.parametrize("module", ["pipelines.zeitgeist", "pipelines.photon"])
+def test_the_live_generator_on_beams_direct_runner_is_refused_by_its_flag(
+    tmp_path, module
+):
+    # The refusal named --follow, which the command was not given.
+    done = run_cli(module, "--output", str(tmp_path / "out"), "--streaming")
+    assert_usage_error(
+        done, "--streaming with no input needs a runner", "--runner=SparkRunner"
+    )
+    assert "--follow" not in done.stderr
+    assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
 def test_streaming_over_files_on_beams_direct_runner_is_refused(tmp_path):
     # A RuntimeError from Beam ("GroupByKey ... was not replaced as
     # expected"), or for Photon a NotImplementedError once it had started.
@@ -495,6 +508,16 @@ def test_generator_flags_are_refused_where_no_generator_reads_them(tmp_path):
             "pipelines.zeitgeist",
             ["--rate", "10"],
             "--rate paces the live generator: add --streaming",
+        ),
+        (
+            "pipelines.zeitgeist",
+            ["--live_minutes", "5"],
+            "--live_minutes paces the live generator: add --streaming",
+        ),
+        (
+            "pipelines.zeitgeist",
+            ["--input", str(log), "--live_minutes", "5"],
+            "--live_minutes sets the generated stream, which --input replaces",
         ),
         (
             "pipelines.photon",
