@@ -53,6 +53,13 @@ from transforms.records.photon_pb2 import JoinedClick  # noqa: E402
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # Read by `main` before these flags: the live benchmark has its own.
+    parser.add_argument(
+        "--streaming",
+        action="store_true",
+        help="Photon live instead (benchmarks/photon_streaming.py; "
+        "its flags: --streaming --help)",
+    )
     parser.add_argument("--clicks", type=int, default=1_000_000)
     parser.add_argument("--runners", default="DirectRunner,SparkRunner")
     parser.add_argument("--clicks_per_minute", type=float, default=1000.0)

@@ -14,7 +14,10 @@ from pipelines import config as config_loader
 DEFAULT_CONFIG = config_loader.CONFIG_DIR / "photon.yaml"
 
 
-def add_common_args(parser: argparse.ArgumentParser) -> None:
+def add_common_args(
+    parser: argparse.ArgumentParser,
+    pipeline_id_help: str = "pipeline.id: the registry token",
+) -> None:
     """Flags shared by `photon` and `photon_verify`."""
     parser.add_argument(
         "--queries", action="append", default=[], help="query log file or glob"
@@ -25,7 +28,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input_format", choices=("jsonl", "csv", "parquet"))
     parser.add_argument("--output", required=True, help="output directory")
     config_loader.add_config_arguments(parser, DEFAULT_CONFIG)
-    parser.add_argument("--pipeline_id", help="pipeline.id: the registry token")
+    parser.add_argument("--pipeline_id", help=pipeline_id_help)
     parser.add_argument("--bigtable_project")
     parser.add_argument("--bigtable_instance")
     parser.add_argument("--gc_days", type=int, help="registry.gc_days")

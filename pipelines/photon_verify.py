@@ -66,7 +66,11 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         prog="python -m pipelines.photon_verify",
         description=__doc__.split("\n\n")[0],
     )
-    photon_flags.add_common_args(parser)
+    photon_flags.add_common_args(
+        parser,
+        pipeline_id_help="the verifier's name (default: pipeline.id followed by "
+        "-verify); its registry token is NAME|verified-into:OUTPUT",
+    )
     parser.add_argument(
         "--joined",
         action="append",
