@@ -364,6 +364,13 @@ def summary(result, token: str, elapsed_s: float, output: pathlib.Path) -> str:
     return format_table("Photon summary", rows)
 
 
+def age_clock_text(registry: RegistryParams) -> str:
+    """The clock clicks' ages are judged by, as a warning names it."""
+    if registry.now_ms is None:
+        return "the wall clock"
+    return f"--now_ms {registry.now_ms}"
+
+
 def gc_horizon_warning(totals: dict[str, int], registry: RegistryParams) -> str | None:
     """A warning when most clicks were too old to join: logs replayed long
     after they were written are older than the GC horizon by the wall clock,
@@ -372,12 +379,10 @@ def gc_horizon_warning(totals: dict[str, int], registry: RegistryParams) -> str 
     joined = totals.get("millwheel.photon/clicks_joined", 0)
     if too_old <= joined:
         return None
-    clock = (
-        "the wall clock" if registry.now_ms is None else f"--now_ms {registry.now_ms}"
-    )
     return (
         f"{too_old} clicks were older than the GC horizon ({registry.gc_days} "
-        f"days before {clock}) and not joined, against {joined} joined; to "
+        f"days before {age_clock_text(registry)}) and not joined, against "
+        f"{joined} joined; to "
         "replay old logs, set the age clock near their time with --now_ms "
         "(epoch milliseconds)"
     )

@@ -44,10 +44,12 @@ from transforms.photon import (
     IdRegistry,
     PhotonJoin,
 )
+from transforms.photon.params import RegistryParams
 from transforms.photon.registration import check_token
 from transforms.photon.verification import (
     Findings,
     find_lost,
+    set_aside_too_old,
     take_over_lost,
     verified_into,
     verifier_token,
@@ -234,14 +236,28 @@ class _OnlyTakenOver(beam.PTransform):
         return (queries, clicks) | "Rejoin" >> self._transform
 
 
+def too_old_warning(findings: Findings, registry: RegistryParams) -> str:
+    """The warning of a run that left lost clicks past the GC horizon."""
+    return (
+        f"{len(findings.too_old)} clicks registered but in no output are older "
+        f"than the GC horizon ({registry.gc_days} days before "
+        f"{photon.age_clock_text(registry)}): a "
+        "re-join would set them aside, so they are left with the pipelines "
+        "that hold them; to re-join logs replayed long after they were "
+        "written, run again with --now_ms near their time (epoch milliseconds)"
+    )
+
+
 def report(findings: Findings, token: str, rejoined: int | None) -> str:
-    shown = ", ".join(click.click_id for click in list(findings.lost)[:10])
-    more = "" if len(findings.lost) <= 10 else f" (+{len(findings.lost) - 10})"
+    unaccounted = [*findings.lost, *findings.too_old]
+    shown = ", ".join(click.click_id for click in unaccounted[:10])
+    more = "" if len(unaccounted) <= 10 else f" (+{len(unaccounted) - 10})"
     rows = [
         ("clicks in the log", findings.logged),
         ("in the outputs", findings.output),
         ("registered", findings.registered),
-        ("registered, not output", f"{len(findings.lost)} {shown}{more}".strip()),
+        ("registered, not output", f"{len(unaccounted)} {shown}{more}".strip()),
+        ("older than the GC horizon", len(findings.too_old)),
         ("taken over", len(findings.taken_over)),
         ("re-joined", "-" if rejoined is None else f"{rejoined} under {token}"),
     ]
@@ -283,6 +299,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             for c in logged_clicks(args.clicks, args.input_format)
         ]
         findings = find_lost_anywhere(logged, [*args.joined, str(output)], registry)
+        set_aside_too_old(findings, params.age_clock_ms(), params.gc_days)
         refuse_unaccounted(
             findings, covered_pipelines(args.joined, registry), args.lost_output
         )
@@ -290,6 +307,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             take_over_lost(findings, registry, token)
     finally:
         registry.close()
+    if findings.too_old:
+        _log.warning("%s", too_old_warning(findings, params))
     rejoined = None
     if findings.taken_over:
         # A new directory per run: a rerun must not overwrite what an

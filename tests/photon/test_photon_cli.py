@@ -221,6 +221,46 @@ def test_verify_restores_clicks_lost_between_commit_and_write(
     assert set(union.values()) == {1}
 
 
+def test_verify_leaves_lost_clicks_past_the_gc_horizon_with_their_holders(
+    logs, bigtable_instance, tmp_path
+):
+    # Before, a verification whose age clock was weeks past the logs' time
+    # (the wall clock, on logs replayed late) took every lost click over and
+    # set it aside as too old: it said 0 re-joined, exit 0, no warning.
+    crashed, verified = tmp_path / "crashed", tmp_path / "verified"
+    run_crashing(logs, bigtable_instance, crashed)
+    joinable = set(logs["truth"]["joinable"])
+    lost = joinable - set(click_ids(crashed, "joined"))
+    assert lost, "the fault injection lost no click"
+    weeks_later = logs["truth"]["now_ms"] + 30 * 86_400_000
+    late = verify_cli(
+        logs,
+        bigtable_instance,
+        verified,
+        "--joined",
+        str(crashed),
+        "--now_ms",
+        str(weeks_later),  # the last --now_ms given counts
+    )
+    stdout, stderr = late.communicate(timeout=300)
+    assert late.returncode == 0, stderr[-3000:]
+    assert summary_value(stdout, "older than the GC horizon") == len(lost)
+    assert summary_value(stdout, "taken over") == 0
+    assert f"{len(lost)} clicks registered but in no output are older" in stderr
+    assert "--now_ms near their time" in stderr
+    assert not list(verified.glob("run-*"))
+
+    stdout = finish(
+        verify_cli(logs, bigtable_instance, verified, "--joined", str(crashed))
+    )
+    assert summary_value(stdout, "older than the GC horizon") == 0
+    assert summary_value(stdout, "taken over") == len(lost)
+    restored = click_ids(verified / "run-0001", "joined")
+    union = collections.Counter(click_ids(crashed, "joined") + restored)
+    assert set(union) == joinable
+    assert set(union.values()) == {1}
+
+
 def verify_cli(logs, bigtable_instance, output, *extra):
     return start_cli(
         "pipelines.photon_verify",

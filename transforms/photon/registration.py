@@ -32,7 +32,6 @@ then (see ``joiner``).
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterator
 
 import apache_beam as beam
@@ -110,11 +109,10 @@ class RegisterJoins(beam.DoFn):
         timestamp=beam.DoFn.TimestampParam,
         window=beam.DoFn.WindowParam,
     ) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
-        now_ms = self._params.now_ms
-        if now_ms is None:
-            now_ms = time.time_ns() // 1_000_000
         reason = older_than_horizon(
-            candidate.click.event_time, now_ms, self._params.gc_days
+            candidate.click.event_time,
+            self._params.age_clock_ms(),
+            self._params.gc_days,
         )
         if reason is not None:
             self._too_old.inc()

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from transforms.photon.id_registry import ClickRef, IdRegistry
+from transforms.photon.registry_gc import older_than_horizon
 
 # Between a verifier's name and the directory it writes its joins to.
 _INTO = "|verified-into:"
@@ -53,6 +54,8 @@ class Findings:
     registered: int = 0
     # click -> token that holds it, for clicks registered but not output.
     lost: dict[ClickRef, str] = field(default_factory=dict)
+    # The same, for those past the registry's GC horizon (`set_aside_too_old`).
+    too_old: dict[ClickRef, str] = field(default_factory=dict)
     taken_over: list[str] = field(default_factory=list)
 
 
@@ -77,6 +80,20 @@ def find_lost(
         registered=len(owners),
         lost=lost,
     )
+
+
+def set_aside_too_old(findings: Findings, now_ms: int, gc_days: int) -> None:
+    """Moves the lost clicks older than the GC horizon at ``now_ms`` from
+    ``findings.lost`` to ``findings.too_old``.
+
+    The re-join would refuse them (``unjoinable``, older than the horizon),
+    so taking them over would only move them to the verifier, joined
+    nowhere, and report success; they stay with their holders, for a
+    verification whose age clock is nearer their time.
+    """
+    for click in list(findings.lost):
+        if older_than_horizon(click.event_time_ms, now_ms, gc_days) is not None:
+            findings.too_old[click] = findings.lost.pop(click)
 
 
 def take_over_lost(findings: Findings, registry: IdRegistry, token: str) -> list[str]:
