@@ -237,8 +237,9 @@ class BigtableEmulator:
     def _spawn(self, source: str, argv: list[str], port: int) -> None:
         host = f"127.0.0.1:{port}"
         _log.info("starting Bigtable emulator (%s): %s", source, " ".join(argv))
-        # Lives as long as the process; a pipe could fill up and block it.
-        self._log_file = tempfile.NamedTemporaryFile(prefix="bigtable-emulator-")  # noqa: SIM115
+        # Lives as long as the process; a pipe could fill up and block it. A
+        # file with no name: a launcher killed outright leaves none behind.
+        self._log_file = tempfile.TemporaryFile(prefix="bigtable-emulator-")  # noqa: SIM115
         # A new session makes a process group of the emulator: gcloud runs
         # cbtemulator as a child that would outlive a plain terminate(). Its
         # guard stops that group if this process dies without stopping it; the
@@ -286,8 +287,12 @@ class BigtableEmulator:
     def _output(self) -> str:
         if self._log_file is None:
             return ""
-        self._log_file.flush()
-        return Path(self._log_file.name).read_text(errors="replace")[-4000:]
+        # Read at an offset: the emulator writes through the same open file,
+        # and a seek here would move where its next lines go.
+        fd = self._log_file.fileno()
+        size = os.fstat(fd).st_size
+        tail = os.pread(fd, min(size, 16_000), max(0, size - 16_000))
+        return tail.decode(errors="replace")[-4000:]
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop what ``start`` started and restore ``BIGTABLE_EMULATOR_HOST``."""

@@ -156,9 +156,10 @@ def test_gcloud_command_binds_to_loopback(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("source", _launched_sources())
-def test_an_emulator_does_not_outlive_a_launcher_killed_outright(source):
+def test_an_emulator_does_not_outlive_a_launcher_killed_outright(source, tmp_path):
     # A Photon command SIGKILLed left the emulator it started running, in a
     # session of its own, holding its port. A real launcher, a real SIGKILL.
+    # It also left the emulator's log file, named in the temporary directory.
     launcher = subprocess.Popen(
         [
             sys.executable,
@@ -172,6 +173,7 @@ def test_an_emulator_does_not_outlive_a_launcher_killed_outright(source):
         ],
         stdout=subprocess.PIPE,
         text=True,
+        env=dict(os.environ, TMPDIR=str(tmp_path)),
     )
     try:
         guard = int(launcher.stdout.readline())
@@ -181,6 +183,24 @@ def test_an_emulator_does_not_outlive_a_launcher_killed_outright(source):
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
     assert _all_gone([guard, *emulator], seconds=15)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_emulator_that_exits_at_once_is_reported_with_its_output(
+    monkeypatch, tmp_path
+):
+    # Stands in for an emulator that cannot start: a real process that
+    # writes a line and exits, as a binary refusing its flags would.
+    failing = [
+        sys.executable,
+        "-c",
+        "print('no such flag: -port'); raise SystemExit(2)",
+    ]
+    monkeypatch.setattr(
+        "testing.bigtable_emulator.emulator_command", lambda source, port: failing
+    )
+    with pytest.raises(RuntimeError, match="no such flag: -port"):
+        BigtableEmulator(["bttest"]).start()
 
 
 @pytest.mark.parametrize("source", _launched_sources())
