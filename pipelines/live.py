@@ -66,21 +66,23 @@ def _stop_requests() -> Iterator[tuple[threading.Event, Callable[[], None]]]:
             signal.signal(s, handler)
 
 
-def require_streaming_runner(options: PipelineOptions, follows: str | None) -> None:
+def require_streaming_runner(
+    options: PipelineOptions, follow: bool, live_generated: bool
+) -> None:
     """Raises `UsageError` for one of Beam's runners that cannot run this
     job in streaming: none of its local runners runs a job that follows
-    directories, and its DirectRunner none of the pipelines' streaming jobs
-    (docs/streaming.md, 'Not yet'). `follows` names what makes the job
-    follow directories ("--follow", or "--streaming with no input": the
-    live generator's directories), None if nothing does."""
+    directories (`--follow`, or the live generator's, which `--streaming`
+    with no input plays into), and its DirectRunner none of the pipelines'
+    streaming jobs (docs/streaming.md, 'Not yet')."""
     standard = options.view_as(StandardOptions)
     name = standard.runner
     # Beam's local runners: the bundle-based one fails to expand a splittable
     # DoFn in streaming ("GroupByKey ... was not replaced as expected"), and
     # the FnApiRunner it otherwise picks runs a job to its end inside `run()`.
-    if follows is not None and is_beam_local(name):
+    if (follow or live_generated) and is_beam_local(name):
+        given = "--follow" if follow else "--streaming with no input"
         raise UsageError(
-            f"{follows} needs a runner that runs unbounded splittable DoFns live, "
+            f"{given} needs a runner that runs unbounded splittable DoFns live, "
             f"such as --runner=SparkRunner; Beam's {name or 'DirectRunner'} "
             "cannot follow a directory"
         )

@@ -324,8 +324,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     runner, beam_args = choose_runner(beam_args)
     options = PipelineOptions(beam_args)
     if runs_on_beam(runner):
-        follows = "--streaming with no input" if live_generated else None
-        live.require_streaming_runner(options, "--follow" if args.follow else follows)
+        live.require_streaming_runner(options, args.follow, live_generated)
     output = cli.output_directory("--output", args.output)
     player = stream = None
     resume = live.resumes(options)
