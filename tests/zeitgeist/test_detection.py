@@ -150,6 +150,42 @@ def test_scores_rise_with_the_evidence_past_the_threshold():
     check_scores({"q": counts}, graded)
 
 
+def test_a_dip_over_the_last_silent_windows_of_a_bounded_input_is_one_episode():
+    # "q" stops 20 windows before the input ends, so the counter's last
+    # windows for it are silent ones, each fired by a timer the one before
+    # set. On Beam's FnApiRunner, which fires a stage's due timers in rounds,
+    # the end-of-input summary used to fire between two of them: six
+    # one- and two-window episodes instead of one.
+    records = [
+        SearchQuery(query="q", event_time=T0 + w * MINUTE + 10, count=100)
+        for w in range(30)
+    ] + [
+        SearchQuery(query="other", event_time=T0 + w * MINUTE + 10, count=100)
+        for w in range(50)
+    ]
+    pipeline = beam.Pipeline()
+    outputs = (
+        pipeline
+        | beam.Create(records)
+        | beam.Map(lambda s: TimestampedValue(s, to_timestamp(s.event_time)))
+        | Zeitgeist(PARAMS, detector=DETECTOR)
+    )
+
+    def one_dip_summarised_at_the_end(anomalies):
+        dips = sorted((a for a in anomalies if a.query == "q"), key=lambda a: a.status)
+        assert [(a.kind, a.status) for a in dips] == [(DIP, OPENED), (DIP, OPEN_AT_END)]
+        alert, summary = dips
+        assert window_index(alert.window_start) == 31  # the second silent one
+        assert summary.episode_start == alert.window_start
+        # Silent windows 30 to 34: the counter's activity horizon of 5.
+        assert window_index(summary.episode_end) == 35
+        assert summary.duration_windows == 4
+        assert not [a for a in anomalies if a.query == "other"]
+
+    with pipeline:
+        assert_that(outputs[ANOMALIES], one_dip_summarised_at_the_end)
+
+
 def test_an_episode_open_when_a_bounded_input_ends_gets_an_open_at_end_summary():
     # A spike in the last three windows of a bounded input: no quiet windows
     # follow to close it, so the end of the input summarises it.

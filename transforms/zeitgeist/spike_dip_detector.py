@@ -45,7 +45,12 @@ class SpikeDipDetector(beam.DoFn):
     Timer: `end_of_input` (event time, the end of the key's window: the
     global window's, so it fires only once the watermark reaches +inf, when
     a bounded input or a drained stream has ended), set when an episode
-    opens; it summarises an episode still open then as `OPEN_AT_END`.
+    opens; it summarises an episode still open then as `OPEN_AT_END`, once
+    it has fired twice with no window scored in between (`end_checked`).
+    A runner that fires a stage's due timers in rounds, as Beam's
+    FnApiRunner does, can fire it while the counter upstream, in the same
+    stage, still has silent windows to emit, one round each: the second
+    firing finds the query's windows over.
 
     State, per query, for the key's lifetime: `pending` updates waiting for
     their predecessor; `detector`, the `DetectorState` (evidence, its
@@ -57,7 +62,9 @@ class SpikeDipDetector(beam.DoFn):
     state before each window within `retain_ms`, so that a late correction
     (revision > 0) is re-scored from where its window started. A correction
     re-scores its own window only, and if that window is now abnormal it
-    yields an `AMENDED` one-window episode with the correction's revision.
+    yields an `AMENDED` one-window episode with the correction's revision;
+    `end_checked`, the last window scored when `end_of_input` last fired,
+    until it summarises.
     """
 
     PENDING = BagStateSpec("pending", ProtoCoder(ModelUpdate))
@@ -65,6 +72,7 @@ class SpikeDipDetector(beam.DoFn):
     RECENT = ReadModifyWriteStateSpec(
         "recent", MapCoder(VarIntCoder(), ProtoCoder(DetectorState))
     )
+    END_CHECKED = ReadModifyWriteStateSpec("end_checked", VarIntCoder())
     END_OF_INPUT = TimerSpec("end_of_input", TimeDomain.WATERMARK)
 
     def __init__(self, params: DetectorParams, retain_ms: int = 0, scores: bool = True):
@@ -121,9 +129,24 @@ class SpikeDipDetector(beam.DoFn):
             recent.write({s: c for s, c in befores.items() if s > horizon})
 
     @on_timer(END_OF_INPUT)
-    def summarise_open_episode(self, detector=beam.DoFn.StateParam(DETECTOR)):
+    def summarise_open_episode(
+        self,
+        detector=beam.DoFn.StateParam(DETECTOR),
+        end_checked=beam.DoFn.StateParam(END_CHECKED),
+        end_of_input=beam.DoFn.TimerParam(END_OF_INPUT),
+        fired_at=beam.DoFn.TimestampParam,
+    ):
         state = detector.read()
-        summary = ended_open(state) if state is not None else None
+        if state is None:
+            return
+        # Windows scored since the last firing: the input may not be over
+        # for this query yet (see the class docstring); look again.
+        if end_checked.read() != state.last_window_start:
+            end_checked.write(state.last_window_start)
+            end_of_input.set(fired_at)
+            return
+        end_checked.clear()
+        summary = ended_open(state)
         if summary is None:
             return
         detector.write(state)
