@@ -92,6 +92,49 @@ def test_batch_duplicates_are_dropped_counted_and_emitted():
     assert _counter(result, "duplicates") == 2
 
 
+def test_batch_copies_further_apart_than_the_horizon_each_pass():
+    # Before, an id was remembered until the watermark passed its horizon,
+    # which in batch it does only at the end: copies hours apart were
+    # dropped in batch and counted live. Now the event times decide. Which
+    # copy of a close pair passes depends on the order they are read in.
+    minute, hour = 60, 3600
+    searches = {  # id -> the searches' copies, minutes apart within a search
+        "far": [[1 * hour, 1 * hour + 9 * minute], [4 * hour, 4 * hour + 5 * minute]],
+        "near": [[2 * hour, 2 * hour - 10 * minute]],  # 10 min: the horizon
+    }
+    pipeline = BeamPipeline()
+    events = _create(
+        pipeline,
+        [
+            _event("q", record_id, at)
+            for record_id, copies in searches.items()
+            for search in copies
+            for at in search
+        ],
+    )
+    out = events | DedupByRecordId(
+        _record_id, horizon_ms=10 * 60 * SECOND, emit_duplicates=True
+    )
+
+    def one_of_each_search(times):
+        passed = sorted(
+            (record_id, i)
+            for record_id, copies in searches.items()
+            for i, search in enumerate(copies)
+            for at in search
+            if at in times
+        )
+        assert passed == [("far", 0), ("far", 1), ("near", 0)], times
+
+    assert_that(_times(out.unique, "UniqueTimes"), one_of_each_search, label="U")
+    assert_that(
+        _times(out.duplicates, "DuplicateTimes") | beam.combiners.Count.Globally(),
+        equal_to([3]),
+        label="Duplicates",
+    )
+    _run(pipeline)
+
+
 def test_unique_records_keep_their_timestamps():
     pipeline = BeamPipeline()
     unique = _create(pipeline, [_event("q", "a", 7), _event("q", "b", 9)]) | (

@@ -14,13 +14,20 @@ any ``WindowInto``) to dedup across windows.
 Each ``(key, record id)`` is a key of its own, holding one state cell and
 one timer:
 
-- ``seen``: set by the first record with the id, cleared by ``expire``.
-- ``expire`` (event time): ``horizon_ms`` past that first record's
-  timestamp. When the watermark passes it the id is forgotten, and the key
-  holds no state at all.
+- ``passed``: the event times of the records with the id that passed,
+  usually one; cleared by ``expire``.
+- ``expire`` (event time): ``horizon_ms`` past the latest of them. When the
+  watermark passes it the id is forgotten, and the key holds no state at
+  all.
 
-So an id is remembered until the watermark is ``horizon_ms`` past its first
-record's timestamp. Looking an id up is one keyed read, whatever the key's
+A record is a duplicate when a record with its id passed within
+``horizon_ms`` of its own timestamp, either side: copies further apart in
+event time are each counted, in batch and in streaming alike, whatever the
+watermark has done between them (until 2026-11-28 the id was remembered
+until the watermark moved past the horizon, so a batch job, whose watermark
+stays put until the input ends, dropped copies hours apart, and a live one
+did or did not depending on how its input was cut). Looking an id up is one
+keyed read, whatever the key's
 traffic. MillWheel kept one set of ids per key, with a Bloom filter in front
 of it; in Beam Python a key's ids would live in a ``SetState``, which Beam
 reads whole and rewrites on every other ``add`` (and a Bloom filter sized
@@ -36,6 +43,10 @@ treated as new and emitted again. The horizon must therefore exceed the
 longest delay with which a source can redeliver. A record that arrives when
 the watermark is already past its own expiry is emitted as new (if unseen)
 and its id is forgotten at the next watermark advance.
+
+State written before 2026-11-28 (a streaming checkpoint) holds ``seen``, a
+flag without a time: an id flagged so is a duplicate until it expires, as
+it was then.
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam import pvalue, typehints
-from apache_beam.coders import BooleanCoder
+from apache_beam.coders import BooleanCoder, ListCoder, VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import (
@@ -53,7 +64,7 @@ from apache_beam.transforms.userstate import (
     TimerSpec,
     on_timer,
 )
-from apache_beam.utils.timestamp import Duration
+from apache_beam.utils.timestamp import Duration, Timestamp
 
 DUPLICATES = "duplicates"
 METRICS_NAMESPACE = "millwheel.dedup"
@@ -74,10 +85,11 @@ def _id_bytes(record_id: RecordId) -> bytes:
 
 
 class _FirstOfIdFn(beam.DoFn):
-    """Per ``(key, record id)``: the first record passes, later ones are
-    duplicates until ``expire`` fires (see the module docstring)."""
+    """Per ``(key, record id)``: a record passes unless one with its id
+    passed within the horizon of it (see the module docstring)."""
 
-    SEEN = ReadModifyWriteStateSpec("seen", BooleanCoder())
+    PASSED = ReadModifyWriteStateSpec("passed", ListCoder(VarIntCoder()))
+    SEEN = ReadModifyWriteStateSpec("seen", BooleanCoder())  # before 2026-11-28
     EXPIRE = TimerSpec("expire", TimeDomain.WATERMARK)
 
     def __init__(self, horizon_ms: int, emit_duplicates: bool) -> None:
@@ -89,21 +101,35 @@ class _FirstOfIdFn(beam.DoFn):
         self,
         element: tuple[tuple[Any, bytes], Any],
         timestamp=beam.DoFn.TimestampParam,
+        passed=beam.DoFn.StateParam(PASSED),
         seen=beam.DoFn.StateParam(SEEN),
         expire=beam.DoFn.TimerParam(EXPIRE),
     ) -> Iterator[Any]:
         keyed_record = element[1]
-        if seen.read():
+        times = passed.read()
+        if times is None and seen.read():
+            duplicate = True  # flagged by the earlier version: no time kept
+        else:
+            at, horizon = timestamp.micros, self._horizon.micros
+            duplicate = any(abs(at - t) <= horizon for t in times or ())
+        if duplicate:
             self._duplicates.inc()
             if self._emit_duplicates:
                 yield pvalue.TaggedOutput(DUPLICATES, keyed_record)
             return
-        seen.write(True)
-        expire.set(timestamp + self._horizon)
+        times = [*(times or ()), timestamp.micros]
+        passed.write(times)
+        # Kept until every copy that passed is past the horizon.
+        expire.set(Timestamp(micros=max(times)) + self._horizon)
         yield keyed_record
 
     @on_timer(EXPIRE)
-    def forget(self, seen=beam.DoFn.StateParam(SEEN)) -> None:
+    def forget(
+        self,
+        passed=beam.DoFn.StateParam(PASSED),
+        seen=beam.DoFn.StateParam(SEEN),
+    ) -> None:
+        passed.clear()
         seen.clear()
 
 
