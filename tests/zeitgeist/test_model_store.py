@@ -188,6 +188,10 @@ def test_an_overlapping_run_does_not_fold_windows_twice(bigtable_instance, tmp_p
     whole, _ = run_zeitgeist(searches(range(0, 40)), tmp_path / "whole")
 
     assert counter(result, "windows_already_in_model") == 10 * len(QUERIES)
+    # Each stored model is loaded once: before, once per window skipped.
+    assert counter(result, "models_seeded") == len(QUERIES)
+    for query, model in by_query(stored_models(bigtable_instance)).items():
+        assert model == _folded(query, range(0, 40))[0], query
     # The detector still gets a chain it can follow: every later window.
     assert set(second) == {(q, w) for q in QUERIES for w in SECOND_HALF}
     for key, score in second.items():
