@@ -2,6 +2,7 @@
 output through one sink, each line once."""
 
 import json
+import pathlib
 import re
 
 import apache_beam as beam
@@ -15,6 +16,7 @@ from transforms.records.json_files import (
     WriteJsonLineFiles,
     _BundleWriter,
     name_files,
+    part_path,
     shard_path,
 )
 from transforms.records.zeitgeist_pb2 import SearchQuery
@@ -75,6 +77,27 @@ def test_files_of_an_earlier_job_under_the_prefix_are_replaced(tmp_path):
         _ = {str(tmp_path / "out"): queries} | WriteJsonLineFiles()
     assert [r["query"] for r in _written(tmp_path, "out")] == ["new"]
     assert (tmp_path / "out-notes.txt").read_text() == "kept"
+
+
+def test_parts_a_streaming_job_left_under_the_prefix_are_replaced(tmp_path):
+    # A batch run over a live run's output directory kept the live parts,
+    # and the command's scoring read them as its own anomalies.
+    for shard, part in [(0, 0), (0, 1), (3, 12)]:
+        pathlib.Path(part_path(str(tmp_path / "out"), shard, part)).write_text(
+            '{"query": "live"}\n'
+        )
+    (tmp_path / "out-notes.jsonl").write_text('{"query": "not an output part"}\n')
+    with beam.Pipeline() as pipeline:
+        queries = pipeline | beam.Create(_queries(["new"]))
+        _ = {str(tmp_path / "out"): queries} | WriteJsonLineFiles()
+    assert sorted(p.name for p in tmp_path.glob("out-*")) == [
+        "out-00000-of-00001.jsonl",
+        "out-notes.jsonl",
+    ]
+    shard = tmp_path / "out-00000-of-00001.jsonl"
+    assert [json.loads(line)["query"] for line in shard.read_text().splitlines()] == [
+        "new"
+    ]
 
 
 def _written_by_bundles(prefix, job, blocks) -> list[tuple[str, str]]:

@@ -15,8 +15,8 @@ from runners.spark import SparkRunner
 from testing import small_disk
 from testing.inbox import drop_file
 from transforms.records.follow import FollowSearchQueries, FollowSettings
-from transforms.records.json_files import OutputUnwritable
-from transforms.records.json_parts import WriteJsonLineParts, part_path
+from transforms.records.json_files import OutputUnwritable, part_path
+from transforms.records.json_parts import WriteJsonLineParts
 from transforms.records.readers import RECORDS
 from transforms.records.zeitgeist_pb2 import SearchQuery
 

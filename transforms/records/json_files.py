@@ -32,6 +32,7 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
@@ -48,6 +49,15 @@ _LOGGER = logging.getLogger(__name__)
 # Lines written to a file at once (about 2 MB of JSON at most).
 LINES_PER_BLOCK = 10_000
 SUFFIX = ".jsonl"
+# The names under an output's prefix: this sink's shards, and the parts of
+# `json_parts`, the streaming sink (shard and part numbers, `part_path`).
+_SHARD_NAME = re.compile(r"-\d{5}-of-\d{5}" + re.escape(SUFFIX))
+_PART_NAME = re.compile(r"-\d{3,}-\d{6,}" + re.escape(SUFFIX))
+
+
+def part_path(path_prefix: str, shard: int, part: int) -> str:
+    """Where the streaming sink writes part `part` of shard `shard`."""
+    return f"{path_prefix}-{shard:03d}-{part:06d}{SUFFIX}"
 
 
 # What a batch job whose output could not be written leaves to do.
@@ -178,16 +188,28 @@ def name_files(
     return finals
 
 
-def _delete_earlier(prefixes: list[str], finals: set[str]) -> None:
-    """Delete the files under `prefixes` in the shard name pattern that
-    this job does not write (one it writes is replaced by the move)."""
-    patterns = [f"{prefix}-?????-of-?????{SUFFIX}" for prefix in prefixes]
-    earlier = [
+def output_files(prefixes: list[str]) -> list[str]:
+    """The files under `prefixes` named as outputs are: a batch job's
+    shards and a streaming job's parts."""
+    return [
         metadata.path
-        for match in FileSystems.match(patterns)
+        for prefix, match in zip(
+            prefixes,
+            FileSystems.match([f"{prefix}-*{SUFFIX}" for prefix in prefixes]),
+            strict=True,
+        )
         for metadata in match.metadata_list
-        if metadata.path not in finals
+        if _SHARD_NAME.fullmatch(metadata.path.removeprefix(prefix))
+        or _PART_NAME.fullmatch(metadata.path.removeprefix(prefix))
     ]
+
+
+def _delete_earlier(prefixes: list[str], finals: set[str]) -> None:
+    """Delete the files under `prefixes` that this job does not write: an
+    earlier batch job's shards (one this job writes is replaced by the
+    move), and the parts a streaming job wrote there, which a reader of the
+    output would otherwise take for this job's lines."""
+    earlier = [path for path in output_files(prefixes) if path not in finals]
     if earlier:
         _LOGGER.warning("Deleting %d files an earlier job wrote", len(earlier))
         FileSystems.delete(earlier)

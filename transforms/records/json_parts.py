@@ -35,18 +35,17 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from transforms.millwheel.state_params import apply_with_state_params, path_param
 from transforms.records.durable_files import sync_directory, sync_file
-from transforms.records.json_files import naming_unwritable, outputs_by_prefix
+from transforms.records.json_files import (
+    naming_unwritable,
+    outputs_by_prefix,
+    part_path,
+)
 from transforms.records.readers import json_line
 
 _PAST = Timestamp(0)
 
 
 _RESUME = "the job resumes from its last committed batch once this is fixed"
-
-
-def part_path(path_prefix: str, shard: int, part: int) -> str:
-    """Where part `part` of shard `shard` is written."""
-    return f"{path_prefix}-{shard:03d}-{part:06d}.jsonl"
 
 
 def _write_atomically(path: str, lines: Iterable[str]) -> None:
