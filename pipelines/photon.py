@@ -460,7 +460,13 @@ def run(argv: Sequence[str] | None = None) -> int:
                 # Generated logs are dated; judge their age by their own clock.
                 registry = dataclasses.replace(registry, now_ms=generated.now_ms)
     streaming = options.view_as(StandardOptions).streaming
-    write = write_parts(config["live"]["flush_seconds"]) if streaming else write_at_end
+    write = (
+        write_parts(
+            config["live"]["flush_seconds"], replace_earlier=not live.resumes(options)
+        )
+        if streaming
+        else write_at_end
+    )
     with bigtable_target(args, config) as target:
         pipeline = beam.Pipeline(runner=runner, options=options)
         with cli.usage_errors():

@@ -357,7 +357,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         def read(pattern: str, fmt: str | None) -> beam.PTransform:
             return FollowSearchQueries(pattern, fmt, follow)
 
-    write = write_parts(config["live"]["flush_seconds"]) if streaming else write_at_end
+    write = (
+        write_parts(config["live"]["flush_seconds"], replace_earlier=not resume)
+        if streaming
+        else write_at_end
+    )
     with cli.usage_errors():  # e.g. an --input whose format has no name
         build(
             pipeline, inputs, args.input_format, transform, output, extra, read, write

@@ -1,11 +1,12 @@
-"""`pipelines.live`: whether a live job resumes a checkpoint (`resumes`), which
-decides whether a live generator keeps or deletes an earlier run's files
-(`generator_run`), and the status line's read rate (`read_rate`), which a
-resumed job's totals must not inflate; how long a generated run's
-watermark waits (`live_flags.disorder_of_generated`); and a live job
-stopped by its command (`run_until_stopped`'s `stop_when`)."""
+"""`pipelines.live`: whether a live job resumes a checkpoint (`resumes`),
+which decides whether a live generator keeps or deletes an earlier run's
+files (`generator_run`) and outputs (`write_parts`), and the status line's
+read rate (`read_rate`), which a resumed job's totals must not inflate; how
+long a generated run's watermark waits (`live_flags.disorder_of_generated`);
+and a live job stopped by its command (`run_until_stopped`'s `stop_when`)."""
 
 import argparse
+import pathlib
 import threading
 
 import apache_beam as beam
@@ -16,9 +17,11 @@ from apache_beam.runners.runner import PipelineState
 from pipelines import config as config_loader
 from pipelines import live_flags
 from pipelines.live import generator_run, read_rate, resumes, run_until_stopped
+from pipelines.outputs import write_parts
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
 from transforms.records.follow import FollowSearchQueries, FollowSettings
+from transforms.records.json_files import part_path, shard_path
 from transforms.records.readers import RECORDS
 
 
@@ -63,6 +66,26 @@ def parsed_live_flags(*argv):
     live_flags.add_live_arguments(parser, follow_help="")
     config_loader.add_config_arguments(parser, DEFAULT_CONFIG)
     return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize("replace_earlier", [True, False])
+def test_a_fresh_live_job_replaces_an_earlier_runs_outputs(tmp_path, replace_earlier):
+    # A fresh live run's parts, numbered from 0, overwrote some of an
+    # earlier live run's and sat beside the rest, and beside a batch run's.
+    earlier = [
+        part_path(str(tmp_path / "anomalies"), 0, 7),
+        part_path(str(tmp_path / "anomalies"), 2, 0),
+        shard_path(str(tmp_path / "anomalies"), 0, 1),
+    ]
+    for path in earlier:
+        pathlib.Path(path).write_text('{"query": "earlier"}\n')
+    other = tmp_path / "anomalies-notes.jsonl"  # not named as an output is
+    other.write_text("kept\n")
+    write = write_parts(0.0, replace_earlier=replace_earlier)
+    write({str(tmp_path / "anomalies"): beam.Pipeline() | beam.Create(["a"])})
+    left = sorted(str(p) for p in tmp_path.glob("anomalies-*"))
+    kept = sorted(earlier) if not replace_earlier else []
+    assert left == sorted([*kept, str(other)])
 
 
 def test_a_generated_run_waits_for_its_own_disorder_unless_told_otherwise():
