@@ -243,10 +243,20 @@ def require_formats(
 
 
 def require_directories(flag: str, patterns: Sequence[str]) -> None:
-    """Raises `UsageError` if a file pattern given as `flag` is in a local
-    directory that does not exist (a followed pattern may match nothing yet,
-    but a mistyped directory would be followed forever) or names a
-    directory."""
+    """Raises `UsageError` if `flag` gives more than one pattern to follow,
+    or a pattern in a local directory that does not exist (a followed
+    pattern may match nothing yet, but a mistyped directory would be
+    followed forever) or that names a directory."""
+    if len(patterns) > 1:
+        # Each pattern is a source of its own with its own watermark, and a
+        # source that has read nothing yet holds the job's at the start of
+        # time: no window would close until a file came for every one.
+        raise UsageError(
+            f"{flag} is given {len(patterns)} times: a followed {flag} is one "
+            "pattern, one source with one watermark, and a pattern with no "
+            "file yet would keep every window open; follow one directory's "
+            "files of one format"
+        )
     for pattern in patterns:
         _refuse_directory(flag, pattern)
         directory = followed_directory(pattern)

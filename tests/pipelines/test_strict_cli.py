@@ -279,6 +279,11 @@ def test_follow_mistakes_are_one_line_and_exit_2(tmp_path):
         "pipelines.zeitgeist", "--output", output, "--follow", "--input", missing
     )
     assert_usage_error(done, f"no directory '{tmp_path / 'missing'}'")
+    # Two followed patterns are two sources, and the watermark of one that
+    # has read no file yet held every window open, a dip included.
+    two = ("--input", str(tmp_path / "*.jsonl"), "--input", str(tmp_path / "*.csv"))
+    done = run_cli("pipelines.zeitgeist", "--output", output, "--follow", *two)
+    assert_usage_error(done, "--input is given 2 times: a followed --input is one")
     # Beam's DirectRunner cannot run a followed directory live.
     inbox = str(tmp_path / "*.jsonl")
     done = run_cli(
