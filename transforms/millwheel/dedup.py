@@ -27,7 +27,8 @@ watermark has done between them (until 2026-11-28 the id was remembered
 until the watermark moved past the horizon, so a batch job, whose watermark
 stays put until the input ends, dropped copies hours apart, and a live one
 did or did not depending on how its input was cut). Looking an id up is one
-keyed read, whatever the key's
+keyed read (two for an id not seen yet: the flag of the version before is
+read too, see below), whatever the key's
 traffic. MillWheel kept one set of ids per key, with a Bloom filter in front
 of it; in Beam Python a key's ids would live in a ``SetState``, which Beam
 reads whole and rewrites on every other ``add`` (and a Bloom filter sized
@@ -141,12 +142,13 @@ class DedupOutputs(NamedTuple):
 
 
 class DedupByRecordId(beam.PTransform):
-    """Keep the first ``(key, record)`` per key and record id; drop the rest.
+    """Keep one ``(key, record)`` per key, record id and ``horizon_ms`` of
+    event time; drop the copies within the horizon of one kept.
 
     ``record_id_fn(record)`` returns the record's id (bytes, str or int).
-    Ids are remembered for ``horizon_ms`` of event time past their first
-    record's timestamp; see the module docstring for state, timers and what
-    happens after the horizon.
+    A copy more than ``horizon_ms`` of event time from every kept record
+    with its id is kept too; see the module docstring for state, timers and
+    what happens once the watermark has passed the horizon.
 
     Returns the unique records, or ``DedupOutputs(unique, duplicates)`` when
     ``emit_duplicates`` is true.
