@@ -186,14 +186,26 @@ def run_crashing(logs, bigtable_instance, output):
     )
 
 
+def crash_losing_clicks(logs, bigtable_instance, output):
+    """`run_crashing` into `output`: the joinable clicks, and those it lost."""
+    run_crashing(logs, bigtable_instance, output)
+    joinable = set(logs["truth"]["joinable"])
+    lost = joinable - set(click_ids(output, "joined"))
+    assert lost, "the fault injection lost no click"
+    return joinable, lost
+
+
+def assert_each_once(joinable, joined_ids):
+    union = collections.Counter(joined_ids)
+    assert set(union) == joinable
+    assert set(union.values()) == {1}
+
+
 def test_verify_restores_clicks_lost_between_commit_and_write(
     logs, bigtable_instance, tmp_path
 ):
     crashed, verified = tmp_path / "crashed", tmp_path / "verified"
-    run_crashing(logs, bigtable_instance, crashed)
-    joinable = set(logs["truth"]["joinable"])
-    lost = joinable - set(click_ids(crashed, "joined"))
-    assert lost, "the fault injection lost no click"
+    joinable, lost = crash_losing_clicks(logs, bigtable_instance, crashed)
 
     stdout = run_cli(
         "pipelines.photon_verify",
@@ -216,9 +228,7 @@ def test_verify_restores_clicks_lost_between_commit_and_write(
     assert summary_value(stdout, "taken over") == len(lost)
     restored = click_ids(verified / "run-0001", "joined")
     assert sorted(restored) == sorted(lost)
-    union = collections.Counter(click_ids(crashed, "joined") + restored)
-    assert set(union) == joinable
-    assert set(union.values()) == {1}
+    assert_each_once(joinable, click_ids(crashed, "joined") + restored)
 
 
 def test_verify_leaves_lost_clicks_past_the_gc_horizon_with_their_holders(
@@ -228,10 +238,7 @@ def test_verify_leaves_lost_clicks_past_the_gc_horizon_with_their_holders(
     # (the wall clock, on logs replayed late) took every lost click over and
     # set it aside as too old: it said 0 re-joined, exit 0, no warning.
     crashed, verified = tmp_path / "crashed", tmp_path / "verified"
-    run_crashing(logs, bigtable_instance, crashed)
-    joinable = set(logs["truth"]["joinable"])
-    lost = joinable - set(click_ids(crashed, "joined"))
-    assert lost, "the fault injection lost no click"
+    joinable, lost = crash_losing_clicks(logs, bigtable_instance, crashed)
     weeks_later = logs["truth"]["now_ms"] + 30 * 86_400_000
     late = verify_cli(
         logs,
@@ -256,9 +263,7 @@ def test_verify_leaves_lost_clicks_past_the_gc_horizon_with_their_holders(
     assert summary_value(stdout, "older than the GC horizon") == 0
     assert summary_value(stdout, "taken over") == len(lost)
     restored = click_ids(verified / "run-0001", "joined")
-    union = collections.Counter(click_ids(crashed, "joined") + restored)
-    assert set(union) == joinable
-    assert set(union.values()) == {1}
+    assert_each_once(joinable, click_ids(crashed, "joined") + restored)
 
 
 def verify_cli(logs, bigtable_instance, output, *extra):

@@ -150,6 +150,18 @@ def test_scores_rise_with_the_evidence_past_the_threshold():
     check_scores({"q": counts}, graded)
 
 
+def _bounded_zeitgeist(records: list[SearchQuery]):
+    """A batch pipeline of `records` through `Zeitgeist`, and its outputs."""
+    pipeline = beam.Pipeline()
+    outputs = (
+        pipeline
+        | beam.Create(records)
+        | beam.Map(lambda s: TimestampedValue(s, to_timestamp(s.event_time)))
+        | Zeitgeist(PARAMS, detector=DETECTOR)
+    )
+    return pipeline, outputs
+
+
 def test_a_dip_over_the_last_silent_windows_of_a_bounded_input_is_one_episode():
     # "q" stops 20 windows before the input ends, so the counter's last
     # windows for it are silent ones, each fired by a timer the one before
@@ -163,13 +175,7 @@ def test_a_dip_over_the_last_silent_windows_of_a_bounded_input_is_one_episode():
         SearchQuery(query="other", event_time=T0 + w * MINUTE + 10, count=100)
         for w in range(50)
     ]
-    pipeline = beam.Pipeline()
-    outputs = (
-        pipeline
-        | beam.Create(records)
-        | beam.Map(lambda s: TimestampedValue(s, to_timestamp(s.event_time)))
-        | Zeitgeist(PARAMS, detector=DETECTOR)
-    )
+    pipeline, outputs = _bounded_zeitgeist(records)
 
     def one_dip_summarised_at_the_end(anomalies):
         dips = sorted((a for a in anomalies if a.query == "q"), key=lambda a: a.status)
@@ -194,13 +200,7 @@ def test_an_episode_open_when_a_bounded_input_ends_gets_an_open_at_end_summary()
         SearchQuery(query="q", event_time=T0 + w * MINUTE + 10, count=spike.get(w, 100))
         for w in range(30)
     ]
-    pipeline = beam.Pipeline()
-    outputs = (
-        pipeline
-        | beam.Create(records)
-        | beam.Map(lambda s: TimestampedValue(s, to_timestamp(s.event_time)))
-        | Zeitgeist(PARAMS, detector=DETECTOR)
-    )
+    pipeline, outputs = _bounded_zeitgeist(records)
 
     def alert_then_open_at_end_summary(anomalies):
         spikes = sorted(
