@@ -110,7 +110,10 @@ def group_by_key_and_window(
     in_impl = in_coder.get_impl()
     key_impl = in_coder.wrapped_value_coder.key_coder().get_impl()
     windowing = context.windowing_strategies.get_by_id(windowing_strategy_id)
-    if _is_plain_batch(windowing) and not windowing.is_default():
+    # The default windowing too: Beam's batch driver for it stamps a group at
+    # the start of time, where its end-of-window combiner (and Beam's own
+    # FnApiRunner) puts it at the end of the global window.
+    if _is_plain_batch(windowing):
         group = _group_plain
     else:
         group = trigger.create_trigger_driver(windowing, True).process_entire_key

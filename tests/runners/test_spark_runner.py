@@ -206,6 +206,34 @@ def test_workers_import_path_has_no_java_archives(spark_session):
     assert results.collect() == [([], True), ([], True)]
 
 
+@pytest.mark.parametrize("runner", [InProcessDirectRunner, SparkRunner])
+def test_a_global_grouping_is_stamped_at_the_end_of_the_global_window(runner):
+    # Beam's default timestamp combiner puts a grouping's output at the end
+    # of its window. In the default global window SparkRunner stamped it at
+    # the start of time instead, so that windowing it again put every
+    # aggregate in the first window of time.
+    # In milliseconds, as Beam's coders carry timestamps between stages.
+    end = window.GlobalWindow().max_timestamp().micros // 1000
+
+    def stamped(element, timestamp=beam.DoFn.TimestampParam):
+        yield element, timestamp.micros // 1000
+
+    with beam.Pipeline(runner=runner()) as p:
+        pairs = p | beam.Create([("a", 1), ("a", 2), ("b", 3)])
+        grouped = pairs | beam.GroupByKey() | beam.MapTuple(lambda k, v: (k, sorted(v)))
+        summed = pairs | beam.CombinePerKey(sum)
+        assert_that(
+            grouped | "GroupedAt" >> beam.ParDo(stamped),
+            equal_to([(("a", [1, 2]), end), (("b", [3]), end)]),
+            label="grouped",
+        )
+        assert_that(
+            summed | "SummedAt" >> beam.ParDo(stamped),
+            equal_to([(("a", 3), end), (("b", 3), end)]),
+            label="summed",
+        )
+
+
 def test_sessions():
     with beam.Pipeline(runner=SparkRunner()) as p:
         sessions = (
@@ -380,6 +408,26 @@ def test_master_default_and_spark_conf():
     assert master_url(PipelineOptions(["--spark_master_url=local[2]"])) == "local[2]"
     opts = SparkOptions(["--spark_conf", "a=1", "--spark_conf", "b=2"])
     assert opts.spark_conf == ["a=1", "b=2"]
+
+
+def test_a_session_without_partitions_to_shuffle_into_is_refused():
+    # An active session set up with spark.default.parallelism 0: the job
+    # used to end DONE with every grouped element dropped. A process of its
+    # own, since this one's session is shared by the other tests.
+    script = (
+        "import apache_beam as beam\n"
+        "from pyspark.sql import SparkSession\n"
+        "from runners.spark import SparkRunner\n"
+        "SparkSession.builder.master('local[1]')"
+        ".config('spark.default.parallelism', '0').getOrCreate()\n"
+        "with beam.Pipeline(runner=SparkRunner()) as p:\n"
+        "    p | beam.Create([('a', 1)]) | beam.GroupByKey()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    assert "spark.default.parallelism is 0; give a positive one" in done.stderr
 
 
 def test_workers_default_to_the_driver_interpreter(monkeypatch):
