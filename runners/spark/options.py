@@ -99,13 +99,23 @@ class SparkOptions(PipelineOptions):
 
 
 def parse_spark_conf(pairs: list[str] | None) -> dict[str, str]:
-    """Turns repeated ``key=value`` flags into a dict; rejects malformed ones."""
+    """Turns repeated ``key=value`` flags into a dict; rejects malformed ones,
+    and a `spark.default.parallelism` below 1, which Spark takes and every
+    shuffle of the job then has no partition to put elements in."""
     conf: dict[str, str] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--spark_conf expects key=value, got {pair!r}")
         conf[key.strip()] = value.strip()
+    parallelism = conf.get("spark.default.parallelism")
+    if parallelism is not None and not (
+        parallelism.isdigit() and int(parallelism) >= 1
+    ):
+        raise ValueError(
+            "--spark_conf spark.default.parallelism must be a whole number "
+            f">= 1, got {parallelism!r}"
+        )
     return conf
 
 

@@ -82,6 +82,14 @@ class RddTranslator:
         # Options that came through the Job API may arrive as strings.
         parallelism = options.spark_default_parallelism
         self._parallelism = int(parallelism) if parallelism else sc.defaultParallelism
+        if self._parallelism < 1:
+            # Every shuffle would have no partition: the job would end DONE
+            # with each grouped element dropped.
+            raise ValueError(
+                "SparkRunner: the session's spark.default.parallelism is "
+                f"{self._parallelism}; give a positive one, or "
+                "--spark_default_parallelism N"
+            )
         self._bundle_bytes = int(options.spark_bundle_bytes)
         components = pipeline.components
         self._windowed = add_windowed_coders(components)

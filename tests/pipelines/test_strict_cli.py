@@ -392,6 +392,11 @@ def test_an_output_directory_that_cannot_be_written_is_refused(tmp_path, monkeyp
         # A Java trace once Spark parsed it.
         (["--spark_master_url=local[two]"], "'local[two]' is not a Spark master"),
         (["--spark_conf", "spark.executor.memory"], "--spark_conf expects key=value"),
+        # Taken by Spark, and then every grouped element was dropped.
+        (
+            ["--spark_conf", "spark.default.parallelism=0"],
+            "spark.default.parallelism must be a whole number >= 1, got '0'",
+        ),
         (["--spark_bundle_bytes=0"], "--spark_bundle_bytes must be >= 1"),
         (["--checkpoint_dir", "/dev/null"], "'/dev/null' is a file, not a directory"),
     ],
