@@ -24,7 +24,7 @@ from apache_beam.runners.portability.fn_api_runner import translations
 from apache_beam.transforms import environments
 
 from runners.spark.drain_plan import drain_phases
-from runners.spark.driver_stages import EXECUTABLE_STAGE
+from runners.spark.driver_stages import EXECUTABLE_STAGE, IMPULSE
 from runners.spark.errors import driver_lost, from_spark_exception, job_aborted
 from runners.spark.metrics import MetricsSnapshot, SparkMetrics
 from runners.spark.options import SparkOptions, check_options
@@ -157,6 +157,29 @@ class SparkRunner(runner.PipelineRunner):
         for requirement in pipeline.requirements:
             if requirement not in _SUPPORTED_REQUIREMENTS:
                 raise ValueError(f"SparkRunner cannot satisfy {requirement}")
+        _refuse_other_roots(pipeline)
+
+
+# What a pipeline may start from here: every other source is expanded by
+# the SDK into an Impulse and a splittable DoFn.
+_ROOTS = frozenset({IMPULSE, TEST_STREAM_URN})
+
+
+def _refuse_other_roots(pipeline: beam_runner_api_pb2.Pipeline) -> None:
+    """Raises `NotImplementedError` naming a primitive with no input other
+    than Impulse and TestStream (a runner-native source such as Pub/Sub's,
+    a Flatten of nothing): Beam's fusion fails on it with "not enough values
+    to unpack", which names neither the transform nor what it is."""
+    for transform in pipeline.components.transforms.values():
+        if transform.subtransforms or transform.inputs:
+            continue
+        if transform.spec.urn not in _ROOTS:
+            raise NotImplementedError(
+                f"SparkRunner cannot run {transform.unique_name!r} "
+                f"({transform.spec.urn or 'no URN'}): a pipeline here starts "
+                "from Impulse (Create, the file and splittable sources) or "
+                "TestStream"
+            )
 
 
 def is_streaming(pipeline: beam_runner_api_pb2.Pipeline, options: PipelineOptions):

@@ -430,6 +430,17 @@ def test_a_session_without_partitions_to_shuffle_into_is_refused():
     assert "spark.default.parallelism is 0; give a positive one" in done.stderr
 
 
+def test_a_root_other_than_impulse_is_refused_by_name():
+    # A Flatten of nothing (which Beam's DirectRunner runs) failed inside
+    # Beam's fusion with "not enough values to unpack (expected 1, got 0)".
+    pipeline = beam.Pipeline(runner=SparkRunner())
+    _ = () | "Nothing" >> beam.Flatten(pipeline=pipeline)
+    with pytest.raises(
+        NotImplementedError, match=r"cannot run 'Nothing' \(beam:transform:flatten:v1\)"
+    ):
+        pipeline.run()
+
+
 def test_workers_default_to_the_driver_interpreter(monkeypatch):
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     ensure_python_env()
