@@ -44,6 +44,7 @@ from transforms.photon import (
     IdRegistry,
     PhotonJoin,
 )
+from transforms.photon.id_registry import pipeline_token
 from transforms.photon.params import RegistryParams
 from transforms.photon.registration import check_token
 from transforms.photon.verification import (
@@ -149,7 +150,7 @@ def covered_pipelines(directories: Iterable[str], registry: IdRegistry) -> set[s
                 for folder in [directory, *_runs(directory)]
                 for j in read_output(folder, JOINED, JoinedClick)
             ]
-            recorded = frozenset(registry.owners(joined).values())
+            recorded = frozenset(map(pipeline_token, registry.owners(joined).values()))
         covered |= recorded
     return covered
 
@@ -162,8 +163,10 @@ def refuse_unaccounted(
     Their absence from the outputs given says nothing: the pipeline may
     well have written them where the verifier did not look, and re-joining
     them would output them twice. A verifier's clicks are always accounted
-    for, since its token names the directory it writes to."""
-    holders = collections.Counter(findings.lost.values())
+    for, since its token names the directory it writes to. A holder is
+    judged by its pipeline's token, whatever occurrence of the click it
+    registered."""
+    holders = collections.Counter(map(pipeline_token, findings.lost.values()))
     missing = {
         holder: count
         for holder, count in sorted(holders.items())
@@ -187,7 +190,9 @@ def find_lost_anywhere(
     """`find_lost` over the `known` directories and those of every verifier
     holding a click that seems lost (its token names where it wrote)."""
     findings = find_lost(logged, output_ids(known), registry)
-    others = {verified_into(holder) for holder in findings.lost.values()}
+    others = {
+        verified_into(pipeline_token(holder)) for holder in findings.lost.values()
+    }
     others = {d for d in others if d is not None and d not in known}
     if not others:
         return findings

@@ -266,6 +266,50 @@ def test_verify_leaves_lost_clicks_past_the_gc_horizon_with_their_holders(
     assert_each_once(joinable, click_ids(crashed, "joined") + restored)
 
 
+def test_verify_restores_a_click_registered_under_an_occurrence_token(
+    bigtable_instance, tmp_path
+):
+    # The joiner registers a click it may have forgotten under its pipeline's
+    # token and an occurrence ("east#gc..."). The verifier took that holder
+    # for a pipeline whose output it was not given and refused the whole
+    # run, --lost_output east or not: none of east's lost clicks came back.
+    t0 = 1_767_571_200_000
+    (tmp_path / "queries.jsonl").write_text(
+        json.dumps({"query_id": "q1", "event_time": t0}) + "\n"
+    )
+    (tmp_path / "clicks.jsonl").write_text(
+        "".join(
+            json.dumps({"click_id": c, "query_id": "q1", "event_time": t0 + i}) + "\n"
+            for i, c in enumerate(["c1", "c2"], start=5)
+        )
+    )
+    east = tmp_path / "east"  # an output that lost both clicks
+    east.mkdir()
+    record_pipeline(east, "east")
+    registry = IdRegistry(
+        BigtableTarget(bigtable_instance.project, bigtable_instance.instance_id),
+        GC_DAYS,
+    )
+    try:
+        registry.register_many(
+            [ClickRef("c1", t0 + 5, "gc1767578400000"), ClickRef("c2", t0 + 6)], "east"
+        )
+    finally:
+        registry.close()
+    stdout = run_cli(
+        "pipelines.photon_verify",
+        *("--queries", str(tmp_path / "queries.jsonl")),
+        *("--clicks", str(tmp_path / "clicks.jsonl")),
+        *("--joined", str(east), "--output", str(tmp_path / "verified")),
+        *("--bigtable_project", bigtable_instance.project),
+        *("--bigtable_instance", bigtable_instance.instance_id),
+        *("--now_ms", str(t0 + 3_600_000)),
+    )
+    assert summary_value(stdout, "taken over") == 2
+    restored = click_ids(tmp_path / "verified" / "run-0001", "joined")
+    assert sorted(restored) == ["c1", "c2"]
+
+
 def verify_cli(logs, bigtable_instance, output, *extra):
     return start_cli(
         "pipelines.photon_verify",

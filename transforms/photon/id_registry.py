@@ -125,6 +125,13 @@ def occurrence_token(token: str, click: ClickRef) -> str:
     return f"{token}#{click.occurrence}" if click.occurrence else token
 
 
+def pipeline_token(holder: str) -> str:
+    """The token of the pipeline holding a click under ``holder``: the
+    holder without the occurrence ``occurrence_token`` may have added (a
+    pipeline's token has no ``#``)."""
+    return holder.partition("#")[0]
+
+
 def row_key(click: ClickRef, layout: RegistryLayout) -> bytes:
     """The registry row of ``click``: its id's hash bucket and its time slice,
     behind a hash prefix so that one slice's rows spread across tablets."""
