@@ -374,10 +374,12 @@ def age_clock_text(registry: RegistryParams) -> str:
 def gc_horizon_warning(totals: dict[str, int], registry: RegistryParams) -> str | None:
     """A warning when most clicks were too old to join: logs replayed long
     after they were written are older than the GC horizon by the wall clock,
-    and their clicks are counted and set aside, not joined."""
+    and their clicks are counted and set aside, not joined. The clicks young
+    enough include those another pipeline joined first (wasted here)."""
     too_old = totals.get("millwheel.photon/unjoinable_older_than_gc_horizon", 0)
     joined = totals.get("millwheel.photon/clicks_joined", 0)
-    if too_old <= joined:
+    wasted = totals.get("millwheel.photon/wasted_joins", 0)
+    if too_old <= joined + wasted:
         return None
     return (
         f"{too_old} clicks were older than the GC horizon ({registry.gc_days} "

@@ -13,8 +13,10 @@ import sys
 import pytest
 
 from pipelines.output_pipelines import RECORD, record_pipeline
+from pipelines.photon import gc_horizon_warning
 from testing.photon_generator import PhotonSpec, generate
 from transforms.photon import BigtableTarget, ClickRef, IdRegistry
+from transforms.photon.params import RegistryParams
 from transforms.photon.pipeline_lease import PipelineLease
 
 pytestmark = [pytest.mark.bigtable, pytest.mark.slow]
@@ -308,6 +310,24 @@ def test_verify_restores_a_click_registered_under_an_occurrence_token(
     assert summary_value(stdout, "taken over") == 2
     restored = click_ids(tmp_path / "verified" / "run-0001", "joined")
     assert sorted(restored) == ["c1", "c2"]
+
+
+def test_the_too_old_warning_counts_the_clicks_another_pipeline_joined_first():
+    # West lost every race to east: 0 joined, 1,504 wasted, 3 too old. It
+    # warned that its clicks were mostly too old, and to pass --now_ms,
+    # which it had.
+    registry = RegistryParams(now_ms=1_767_578_400_000)
+
+    def totals(too_old, joined, wasted):
+        return {
+            "millwheel.photon/unjoinable_older_than_gc_horizon": too_old,
+            "millwheel.photon/clicks_joined": joined,
+            "millwheel.photon/wasted_joins": wasted,
+        }
+
+    assert gc_horizon_warning(totals(3, 0, 1504), registry) is None
+    warned = gc_horizon_warning(totals(1504, 2, 1), registry)
+    assert warned.startswith("1504 clicks were older than the GC horizon")
 
 
 def verify_cli(logs, bigtable_instance, output, *extra):
