@@ -17,11 +17,12 @@ import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import console
+from runners.in_process import InProcessDirectRunner
 from runners.spark import SparkRunner
 
 if sys.argv[1] == "DirectRunner":
-    console.configure_logging()  # as the commands do
-    runner, flags = None, []
+    console.configure_logging()  # as the commands do, on the runner they use
+    runner, flags = InProcessDirectRunner(), []
 else:
     runner, flags = SparkRunner(), ["--spark_master_url=local[1]"]
 
