@@ -196,7 +196,13 @@ def test_horizon_rejects_only_clicks_older_than_gc_days():
     now = 100 * DAY
     assert older_than_horizon(now - 3 * DAY, now, gc_days=3) is None
     reason = older_than_horizon(now - 3 * DAY - 1, now, gc_days=3)
-    assert "GC horizon of 3 days" in reason
+    # It read "3.0 days old, past the id registry's GC horizon of 3 days".
+    assert reason == (
+        "click is 3 days and 1 ms old, past the id registry's GC horizon of 3 days"
+    )
+    assert older_than_horizon(now - 10 * DAY, now, gc_days=3).startswith(
+        "click is 10.0 days old"
+    )
 
 
 def test_owners_of_clicks_over_more_rows_than_one_read_takes(registry):

@@ -21,12 +21,16 @@ def older_than_horizon(event_time_ms: int, now_ms: int, gc_days: int) -> str | N
     """Why a click at ``event_time_ms`` may not be registered at ``now_ms``,
     or None if it may."""
     age_ms = now_ms - event_time_ms
-    if age_ms <= gc_days * DAY_MS:
+    over_ms = age_ms - gc_days * DAY_MS
+    if over_ms <= 0:
         return None
-    return (
-        f"click is {age_ms / DAY_MS:.1f} days old, past the id registry's "
-        f"GC horizon of {gc_days} days"
+    # Within a twentieth of a day, one decimal would read as the horizon.
+    age = (
+        f"{age_ms / DAY_MS:.1f} days"
+        if over_ms >= DAY_MS // 20
+        else f"{gc_days} days and {over_ms:,} ms"
     )
+    return f"click is {age} old, past the id registry's GC horizon of {gc_days} days"
 
 
 class GcHorizonTooShort(ValueError):
