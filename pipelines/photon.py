@@ -51,7 +51,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines import cli, live, live_flags, photon_live
 from pipelines import config as config_loader
-from pipelines.output_pipelines import pipelines_of, record_pipeline
+from pipelines.output_pipelines import output_id, pipelines_of, record_pipeline
 from pipelines.outputs import WriteOutputs, read_output, write_at_end, write_parts
 from pipelines.photon_flags import check_inputs, load_config, parse_args
 from pipelines.runner_choice import choose_runner, runs_on_beam
@@ -317,9 +317,13 @@ def _pipeline_id_held(
     lost it (emptied under the job); the block gets the
     event to stop the job on. The holder is the host and the output
     directory: what a restart of this pipeline shares, and a second
-    pipeline under the same id does not."""
+    pipeline under the same id does not. The lease also records the
+    output's id in the registry, where the verifier looks for this id's
+    outputs."""
     holder = f"{socket.gethostname()}:{output.resolve()}"
-    lease = PipelineLease(target, registry.gc_days, token, holder)
+    with cli.usage_errors():  # a damaged record
+        written_to = output_id(output)
+    lease = PipelineLease(target, registry.gc_days, token, holder, output_id=written_to)
     try:
         with lease.held() as lost:
             yield lost

@@ -14,7 +14,9 @@ and dead_letters*.jsonl to a new OUTPUT/run-NNNN/. Run it once the pipelines
 have finished, with the output of every pipeline that shares the registry:
 it refuses a directory that holds no Photon output, and lost clicks of a
 pipeline none of the `--joined` directories records (`output_pipelines`),
-unless `--lost_output` names it as gone for good. Killed at any point, or
+or whose outputs the registry knows are not those given (one of them an
+earlier output of the same id, say), unless `--lost_output` names it as
+gone for good. Killed at any point, or
 run again, it joins no click twice and loses none (see
 `transforms.photon.verification`). `--dry_run` only reports. The Bigtable
 defaults to `$BIGTABLE_EMULATOR_HOST` with the project and instance
@@ -23,18 +25,19 @@ defaults to `$BIGTABLE_EMULATOR_HOST` with the project and instance
 
 import argparse
 import collections
+import datetime
 import logging
 import os
 import pathlib
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import cli, photon, photon_flags
-from pipelines.output_pipelines import RECORD, pipelines_of
+from pipelines.output_pipelines import RECORD, output_id_of, pipelines_of
 from pipelines.outputs import read_output
 from pipelines.runner_choice import choose_runner
 from pipelines.summary import format_table
@@ -46,7 +49,9 @@ from transforms.photon import (
 )
 from transforms.photon.id_registry import pipeline_token
 from transforms.photon.params import RegistryParams
+from transforms.photon.pipeline_lease import Holding, outputs_written
 from transforms.photon.registration import check_token
+from transforms.photon.registry_gc import older_than_horizon
 from transforms.photon.verification import (
     Findings,
     find_lost,
@@ -155,6 +160,21 @@ def covered_pipelines(directories: Iterable[str], registry: IdRegistry) -> set[s
     return covered
 
 
+def _holders(findings: Findings, lost_outputs: Iterable[str]) -> collections.Counter:
+    """How many lost clicks each pipeline holds, for the pipelines whose
+    outputs must be given: not verifiers (whose token names where they
+    wrote) nor those named gone for good. A holder is judged by its
+    pipeline's token, whatever occurrence of the click it registered."""
+    holders = collections.Counter(map(pipeline_token, findings.lost.values()))
+    return collections.Counter(
+        {
+            holder: count
+            for holder, count in holders.items()
+            if holder not in lost_outputs and verified_into(holder) is None
+        }
+    )
+
+
 def refuse_unaccounted(
     findings: Findings, covered: set[str], lost_outputs: Iterable[str]
 ) -> None:
@@ -162,17 +182,11 @@ def refuse_unaccounted(
 
     Their absence from the outputs given says nothing: the pipeline may
     well have written them where the verifier did not look, and re-joining
-    them would output them twice. A verifier's clicks are always accounted
-    for, since its token names the directory it writes to. A holder is
-    judged by its pipeline's token, whatever occurrence of the click it
-    registered."""
-    holders = collections.Counter(map(pipeline_token, findings.lost.values()))
+    them would output them twice."""
     missing = {
         holder: count
-        for holder, count in sorted(holders.items())
+        for holder, count in sorted(_holders(findings, lost_outputs).items())
         if holder not in covered
-        and holder not in lost_outputs
-        and verified_into(holder) is None
     }
     if missing:
         named = ", ".join(f"{count} of {holder!r}" for holder, count in missing.items())
@@ -182,6 +196,61 @@ def refuse_unaccounted(
             "give each one's --output directory as --joined, or, if an output "
             "is gone for good, name its pipeline with --lost_output"
         )
+
+
+def refuse_other_outputs(
+    findings: Findings,
+    joined: Sequence[str],
+    lost_outputs: Iterable[str],
+    written: Callable[[str], dict[str, Holding]],
+    now_ms: int,
+    gc_days: int,
+) -> None:
+    """Refuses to re-join a pipeline's clicks unless the `joined`
+    directories recording its id are the outputs the registry knows it
+    wrote to (`written`, by output id), all of those within the GC horizon.
+
+    A directory that records the id may be an older output of it, or one
+    written against another registry: its joins are not the clicks this
+    registry holds, so the clicks of the output not given would look lost
+    and be joined twice. An output written before output ids existed has
+    none, and the registry knows none for a pipeline last run before then:
+    those are judged by their records alone (`refuse_unaccounted`)."""
+    problems = []
+    for holder in sorted(_holders(findings, lost_outputs)):
+        known = written(holder)
+        if not known:
+            continue
+        given = {
+            output_id_of(pathlib.Path(directory)): directory
+            for directory in joined
+            if holder in (pipelines_of(pathlib.Path(directory)) or ())
+        }
+        problems += [
+            f"--joined {directory!r} records pipeline {holder!r}, but is none "
+            "of the outputs the id registry knows it wrote to: an output "
+            "written against another registry, or past the GC horizon"
+            for made_id, directory in given.items()
+            if made_id is not None and made_id not in known
+        ]
+        problems += [
+            f"pipeline {holder!r} also wrote to {held.holder} (last at "
+            f"{_utc(held.renewed_ms)})"
+            for made_id, held in sorted(known.items())
+            if made_id not in given
+            and older_than_horizon(held.renewed_ms, now_ms, gc_days) is None
+        ]
+    if problems:
+        raise cli.UsageError(
+            "; ".join(problems) + ": give every output of each pipeline as "
+            "--joined, or, if an output is gone for good, name its pipeline "
+            "with --lost_output"
+        )
+
+
+def _utc(epoch_ms: int) -> str:
+    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def find_lost_anywhere(
@@ -307,6 +376,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         set_aside_too_old(findings, params.age_clock_ms(), params.gc_days)
         refuse_unaccounted(
             findings, covered_pipelines(args.joined, registry), args.lost_output
+        )
+        refuse_other_outputs(
+            findings,
+            args.joined,
+            args.lost_output,
+            lambda holder: outputs_written(target, params.gc_days, holder),
+            params.age_clock_ms(),
+            params.gc_days,
         )
         if not args.dry_run:
             take_over_lost(findings, registry, token)

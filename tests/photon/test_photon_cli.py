@@ -7,8 +7,10 @@ from the code under test.
 import collections
 import json
 import os
+import socket
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -51,6 +53,19 @@ def read_jsonl(folder, name):
     for path in sorted(folder.glob(f"{name}*.jsonl")):
         rows += [json.loads(line) for line in path.read_text().splitlines() if line]
     return rows
+
+
+def logged_clicks(logs):
+    """The click log's well-formed lines (it holds some bad ones)."""
+    clicks = []
+    with open(logs["clicks"]) as fh:
+        lines = fh.read().splitlines()
+    for line in lines:
+        try:
+            clicks.append(json.loads(line))
+        except ValueError:
+            continue
+    return [c for c in clicks if isinstance(c, dict) and "click_id" in c]
 
 
 def click_ids(folder, name):
@@ -350,7 +365,8 @@ def test_verify_refuses_outputs_that_are_not_the_registering_pipelines(
     crashed = tmp_path / "crashed"
     run_crashing(logs, bigtable_instance, crashed)
     record = json.loads((crashed / RECORD).read_text())
-    assert record == {"pipeline_ids": ["east"]}
+    assert record["pipeline_ids"] == ["east"]
+    assert len(record["output_id"]) == 32
     registry = IdRegistry(
         BigtableTarget(bigtable_instance.project, bigtable_instance.instance_id),
         GC_DAYS,
@@ -395,6 +411,64 @@ def test_verify_refuses_outputs_that_are_not_the_registering_pipelines(
     rejoined = set(click_ids(tmp_path / "v" / "run-0001", "joined"))
     assert {ref.click_id for ref in refs} <= rejoined
     assert summary_value(stdout, "taken over") == len(rejoined)
+
+
+def test_verify_refuses_an_output_of_the_same_id_written_against_another_registry(
+    logs, bigtable_instance, tmp_path
+):
+    # An earlier output of "east", joined from other logs against another
+    # registry, records the same pipeline id as the real one. Given it, the
+    # verifier took every click east holds here for lost, re-joined them,
+    # and so output each twice.
+    other_registry = types.SimpleNamespace(
+        project=bigtable_instance.project,
+        instance_id=f"{bigtable_instance.instance_id}-other",
+    )
+    other_logs = tmp_path / "other_logs"
+    other_logs.mkdir()
+    generated = generate(PhotonSpec(num_queries=40), seed=6)
+    queries, clicks = generated.write(other_logs)
+    other_truth = json.loads((other_logs / "truth.json").read_text())
+    earlier = tmp_path / "earlier"
+    run_cli(
+        "pipelines.photon",
+        *pipeline_args(
+            {"queries": str(queries), "clicks": str(clicks), "truth": other_truth},
+            other_registry,
+            earlier,
+            "east",
+        ),
+    )
+    crashed = tmp_path / "crashed"
+    joinable, _ = crash_losing_clicks(logs, bigtable_instance, crashed)
+    registry = IdRegistry(
+        BigtableTarget(bigtable_instance.project, bigtable_instance.instance_id),
+        GC_DAYS,
+    )
+    refs = [
+        ClickRef(click["click_id"], click["event_time"])
+        for click in logged_clicks(logs)
+        if click["click_id"] in joinable
+    ]
+    before = registry.owners(refs)
+
+    process = verify_cli(
+        logs, bigtable_instance, tmp_path / "v", "--joined", str(earlier)
+    )
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 2, stderr[-3000:]
+    refusal = stderr.strip().splitlines()[-1]
+    assert f"--joined '{earlier}' records pipeline 'east', but is none of" in refusal
+    assert f"pipeline 'east' also wrote to {socket.gethostname()}:{crashed}" in refusal
+    assert registry.owners(refs) == before, "the refusal came after a take-over"
+    registry.close()
+    assert not list((tmp_path / "v").glob("run-*")), "it joined clicks"
+
+    # Given the output east wrote here, it restores exactly the lost clicks.
+    verified = tmp_path / "v"
+    finish(verify_cli(logs, bigtable_instance, verified, "--joined", str(crashed)))
+    restored = click_ids(verified / "run-0001", "joined")
+    assert_each_once(joinable, click_ids(crashed, "joined") + restored)
 
 
 def test_generated_run_matches_its_ground_truth(tmp_path):

@@ -7,7 +7,11 @@ import pytest
 
 from tests.photon.joining import target_of
 from transforms.photon.bigtable_retry import TableGone
-from transforms.photon.pipeline_lease import PipelineIdInUse, PipelineLease
+from transforms.photon.pipeline_lease import (
+    PipelineIdInUse,
+    PipelineLease,
+    outputs_written,
+)
 
 GC_DAYS = 3
 LEASE_S = 30.0
@@ -156,3 +160,27 @@ def test_a_holder_whose_table_lost_the_lease_stops_with_table_gone(
         assert "no longer holds pipeline id 'east'" in str(running.lost_because)
     else:
         assert "no longer exists" in str(running.lost_because)
+
+
+def test_the_outputs_an_id_wrote_to_outlive_its_lease(lease, bigtable_instance):
+    # The verifier reads them after the pipelines end, to know where each
+    # id's joins are: each output's cell is renewed with the lease and kept
+    # when the lease is released.
+    first = lease("host-a:/out/east", output_id="aaa", clock_ms=later(0))
+    first.acquire()
+    first.release()
+    second = lease("host-a:/out/east2", output_id="bbb", clock_ms=later(60))
+    second.acquire()
+    assert second.renew()
+    renewed_ms = time.time_ns() // 1_000_000 + 60_000
+    second.release()
+    lease("host-b:/out/west", token="west", output_id="ccc").acquire()
+
+    written = outputs_written(target_of(bigtable_instance), GC_DAYS, "east")
+    assert {made: held.holder for made, held in written.items()} == {
+        "aaa": "host-a:/out/east",
+        "bbb": "host-a:/out/east2",
+    }
+    assert written["bbb"].renewed_ms - renewed_ms in range(-5_000, 1)
+    assert written["aaa"].renewed_ms < written["bbb"].renewed_ms
+    assert outputs_written(target_of(bigtable_instance), GC_DAYS, "north") == {}

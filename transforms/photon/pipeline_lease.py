@@ -21,12 +21,21 @@ registrations with it.
 Every write is a conditional one on the exact value read or last written:
 of two pipelines starting together, one takes the lease and the other reads
 the winner.
+
+The same row keeps one more cell per output directory the id has written
+to (``output:<output id>``, the directory's own id from its record, see
+``pipelines.output_pipelines``): its holder and when it last held the id,
+written with every renewal and kept after the release. The verifier reads
+them (`outputs_written`) to know where an id's joins are, which the
+directories' own records cannot say: one of them may be an older output of
+the same id, or one written against another registry.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -55,6 +64,7 @@ LEASE_SECONDS = 30.0
 _ROW_PREFIX = b"~pipeline#"
 _COLUMN = b"holder"
 _CLEAR = DeleteRangeFromColumn(ID_REGISTRY_FAMILY, _COLUMN)
+_OUTPUT_PREFIX = b"output:"
 _LONGEST_ATTEMPT_S = 5.0
 
 
@@ -93,6 +103,7 @@ class PipelineLease:
         token: str,
         holder: str,
         *,
+        output_id: str | None = None,
         lease_s: float = LEASE_SECONDS,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
@@ -103,6 +114,9 @@ class PipelineLease:
         self._deadline_s = target.deadline_s
         self._row = _ROW_PREFIX + token.encode()
         self._token, self._holder = token, holder
+        self._output_column = (
+            None if output_id is None else _OUTPUT_PREFIX + output_id.encode()
+        )
         self._lease_ms = int(lease_s * 1000)
         # Renewed three times a lease, each renewal (and the release) one
         # attempt of at most the time to the next, and never long.
@@ -252,6 +266,11 @@ class PipelineLease:
         mine = Holding(self._holder, self._clock_ms()).encode()
         # One version only: the old one goes in the same atomic mutation.
         mutations = [_CLEAR, SetCell(ID_REGISTRY_FAMILY, _COLUMN, mine)]
+        if self._output_column is not None:
+            mutations += [
+                DeleteRangeFromColumn(ID_REGISTRY_FAMILY, self._output_column),
+                SetCell(ID_REGISTRY_FAMILY, self._output_column, mine),
+            ]
         if expected is None:
             matched = call(
                 "CheckAndMutateRow (lease)",
@@ -311,6 +330,41 @@ class PipelineLease:
         except Exception as error:
             check_gone(self._table_id, operation, error)
             raise
+
+
+def outputs_written(
+    target: BigtableTarget, gc_days: int, token: str
+) -> dict[str, Holding]:
+    """The output ids pipeline ``token`` has held its id for, each with its
+    holder and when it last renewed the lease for it."""
+    client, table = open_table(
+        target, id_registry_table(gc_days, target.registry_table)
+    )
+    try:
+        row = call_with_retries(
+            target.registry_table,
+            "ReadRow (outputs)",
+            lambda left: table.read_row(
+                _ROW_PREFIX + token.encode(),
+                row_filter=rf.RowFilterChain(
+                    [
+                        rf.ColumnQualifierRegexFilter(
+                            re.escape(_OUTPUT_PREFIX) + b".*"
+                        ),
+                        rf.CellsColumnLimitFilter(1),
+                    ]
+                ),
+                **within(left),
+            ),
+            target.deadline_s,
+        )
+    finally:
+        client.close()
+    cells = [] if row is None else row.get_cells(ID_REGISTRY_FAMILY)
+    return {
+        cell.qualifier.removeprefix(_OUTPUT_PREFIX).decode(): Holding.decode(cell.value)
+        for cell in cells
+    }
 
 
 def _column() -> rf.RowFilter:
