@@ -369,7 +369,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     registry = IdRegistry(target, params.gc_days, layout=params.layout)
     try:
         logged = [
-            ClickRef(c.click_id, c.event_time)
+            ClickRef(c.click_id, c.event_time, query_id=c.query_id)
             for c in logged_clicks(args.clicks, args.input_format)
         ]
         findings = find_lost_anywhere(logged, [*args.joined, str(output)], registry)

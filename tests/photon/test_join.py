@@ -24,6 +24,7 @@ from transforms.photon import (
     JoinParams,
     RegistryParams,
 )
+from transforms.photon.id_registry import ClickRef, IdRegistry, occurrence_token
 from transforms.records.photon_pb2 import ClickEvent, UnjoinableClick
 
 pytestmark = pytest.mark.bigtable
@@ -195,6 +196,34 @@ def test_a_restart_that_meets_another_copy_first_still_outputs_it(
         with pipeline() as p:
             out = join(p, events, target, token="A", join=PARAMS, registry=REGISTRY)
             expect(out[JOINED], lambda j: j.click.click_id, ["c8"], name)
+
+
+def test_a_click_id_logged_with_two_query_ids_is_output_once(bigtable_instance):
+    # The joiner remembers click ids per query, so it joins a click id once
+    # for each query id it is logged with. Both joins were registered under
+    # the pipeline's token, the second as ALREADY_MINE, and both output.
+    target = target_of(bigtable_instance)
+    queries = [query("q1", T0), query("q2", T0)]
+    with pipeline() as p:
+        both = [*queries, click("c9", "q1", T0 + 1), click("c9", "q2", T0 + 1)]
+        out = join(p, both, target, token="A", join=PARAMS, registry=REGISTRY)
+        expect(out[JOINED], lambda j: j.click.click_id, ["c9"], "Joined")
+    # A rerun that meets only one of the copies outputs it again if it is
+    # the one registered (a retry), and not the other (a repeat).
+    registry = IdRegistry(target, REGISTRY.gc_days)
+    holder = registry.owners([ClickRef("c9", T0 + 1)])["c9"]
+    registry.close()
+    won = next(
+        q
+        for q in ("q1", "q2")
+        if holder == occurrence_token("A", ClickRef("c9", T0 + 1, query_id=q))
+    )
+    for query_id in ("q1", "q2"):
+        with pipeline() as p:
+            events = [*queries, click("c9", query_id, T0 + 1)]
+            out = join(p, events, target, token="A", join=PARAMS, registry=REGISTRY)
+            again = ["c9"] if query_id == won else []
+            expect(out[JOINED], lambda j: j.click.click_id, again, query_id)
 
 
 def test_a_second_pipeline_wastes_clicks_the_first_registered(bigtable_instance):

@@ -22,6 +22,7 @@ from testing.photon_generator import PhotonSpec, generate
 from testing.processes import LoggedJob, kill_tree
 from tests.photon.test_photon_cli import GC_DAYS, click_ids, read_jsonl
 from transforms.photon import BigtableTarget, ClickRef, IdRegistry
+from transforms.photon.id_registry import pipeline_token
 
 pytestmark = [pytest.mark.bigtable, pytest.mark.spark, pytest.mark.slow]
 WAVES = 3
@@ -151,15 +152,19 @@ def test_a_pipeline_killed_mid_stream_beside_another_still_outputs_each_click_on
         # once it has registered some of its clicks: before its batch
         # commits, so before it writes them.
         _drop_wave(inboxes["east"], 1, waves[1])
-        assert _wait_for(
-            lambda: "east" in set(registry.owners(second_wave).values()), 120
-        ), f"east registered none of the second wave\n{_stderr_tails(tmp_path)}"
+
+        def holders():
+            return set(map(pipeline_token, registry.owners(second_wave).values()))
+
+        assert _wait_for(lambda: "east" in holders(), 120), (
+            f"east registered none of the second wave\n{_stderr_tails(tmp_path)}"
+        )
         kill_tree(jobs["east"].pid)
         jobs["east"].wait(timeout=60)
         registered = {
             click
             for click, owner in registry.owners(second_wave).items()
-            if owner == "east"
+            if pipeline_token(owner) == "east"
         }
         assert not registered & set(output_of("east")), "killed after its output"
         killed_at = east_checkpoint.last_commit()[0]

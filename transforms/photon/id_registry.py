@@ -27,11 +27,14 @@ registrations into one transaction:
   drops its copy and counts a wasted join), and the rest are sent again the
   same way, for a bounded number of rounds.
 
-A click's token is its pipeline's token, followed by ``#`` and the click's
-occurrence when it has one: the joiner gives one only to a click it may have
-forgotten before (see ``joiner``), so a retry of a click, whichever copy
-carries it, registers alike, and a copy accepted after the joiner forgot an
-earlier one does not.
+A click's token is its pipeline's token, followed by ``#`` and what tells
+this join of the click from another: its occurrence, which the joiner gives
+only to a click it may have forgotten before (see ``joiner``), and a digest
+of the query it was joined with. So a retry of a click, whichever copy
+carries it, registers alike, while a copy accepted after the joiner forgot
+an earlier one does not, nor a copy of the click id logged with another
+query id (the joiner remembers click ids per query, so it makes one join
+for each query id the click names, and only one may be output).
 
 One id alone (``register``) is the same write with a one-column predicate.
 
@@ -112,17 +115,23 @@ class Outcome(enum.Enum):
 
 class ClickRef(NamedTuple):
     """What the registry needs of a click: its id and its event time, which
-    together choose the registry row, and which occurrence of the click this
-    is (``JoinedClick.occurrence``; usually empty)."""
+    together choose the registry row, which occurrence of the click this is
+    (``JoinedClick.occurrence``; usually empty), and the query it is joined
+    with (empty where none is: a registry's own tests and benchmarks)."""
 
     click_id: str
     event_time_ms: int
     occurrence: str = ""
+    query_id: str = ""
 
 
 def occurrence_token(token: str, click: ClickRef) -> str:
     """The token ``click`` is registered under by the pipeline ``token``."""
-    return f"{token}#{click.occurrence}" if click.occurrence else token
+    marks = [click.occurrence] if click.occurrence else []
+    if click.query_id:
+        digest = hashlib.blake2b(click.query_id.encode(), digest_size=4).hexdigest()
+        marks.append(f"q{digest}")
+    return f"{token}#{'.'.join(marks)}" if marks else token
 
 
 def pipeline_token(holder: str) -> str:

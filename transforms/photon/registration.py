@@ -136,7 +136,9 @@ class RegisterJoins(beam.DoFn):
             return
         self._batches.update(len(batch))
         clicks = [
-            ClickRef(j.click.click_id, j.click.event_time, j.occurrence)
+            ClickRef(
+                j.click.click_id, j.click.event_time, j.occurrence, j.click.query_id
+            )
             for j in (candidate.value for candidate in batch)
         ]
         outcomes = self._registry.register_many(clicks, self._token)

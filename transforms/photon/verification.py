@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from transforms.photon.id_registry import ClickRef, IdRegistry
+from transforms.photon.id_registry import ClickRef, IdRegistry, occurrence_token
 from transforms.photon.registry_gc import older_than_horizon
 
 # Between a verifier's name and the directory it writes its joins to.
@@ -105,6 +105,7 @@ def take_over_lost(findings: Findings, registry: IdRegistry, token: str) -> list
     findings.taken_over = [
         click.click_id
         for click, holder in findings.lost.items()
-        if registry.take_over(click, holder, token)
+        # Under the token the re-join will register the click with.
+        if registry.take_over(click, holder, occurrence_token(token, click))
     ]
     return findings.taken_over
