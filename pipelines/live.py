@@ -27,6 +27,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
 
 from pipelines.cli import UsageError
+from pipelines.outputs import EarlierOutputs
 from pipelines.runner_choice import is_beam_direct, is_beam_local
 from pipelines.summary import counter_totals
 
@@ -105,6 +106,13 @@ def resumes(options: PipelineOptions) -> bool:
 
     checkpoint = options.view_as(SparkOptions).checkpoint_dir
     return bool(checkpoint) and any(pathlib.Path(checkpoint).glob("*"))
+
+
+def earlier_outputs(resume: bool, generated: bool) -> EarlierOutputs:
+    """What a live run does with an earlier run's outputs in its directory."""
+    if resume:
+        return EarlierOutputs.ADD_TO
+    return EarlierOutputs.REPLACE if generated else EarlierOutputs.REFUSE
 
 
 def generator_run(directories: Sequence[pathlib.Path], resume: bool) -> int:

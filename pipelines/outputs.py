@@ -2,9 +2,11 @@
 job or in parts while a streaming job runs, and read back for summaries and
 reports."""
 
+import enum
 import glob
 import json
 import logging
+import os
 import pathlib
 from collections.abc import Callable
 from typing import TypeVar
@@ -34,22 +36,59 @@ def write_at_end(outputs: dict[str, beam.PCollection]) -> None:
     outputs | "WriteOutputs" >> WriteJsonLineFiles()
 
 
-def write_parts(flush_seconds: float, *, replace_earlier: bool = False) -> WriteOutputs:
+class EarlierOutputs(enum.Enum):
+    """What a live run does with the outputs an earlier run left under the
+    names it writes: its parts, numbered from 0, would overwrite some of
+    them and sit beside the rest."""
+
+    # It resumes that run's checkpoint: its parts go on from that run's.
+    ADD_TO = "add to"
+    # Its input is generated afresh, so are the outputs of it.
+    REPLACE = "replace"
+    # Its input is the user's files, which may be gone since (`--after_read
+    # delete` or `archive`): replacing the outputs would lose them for good.
+    REFUSE = "refuse"
+
+
+class EarlierOutputsExist(ValueError):
+    """A live run that does not resume would replace an earlier run's outputs."""
+
+
+def write_parts(flush_seconds: float, earlier: EarlierOutputs) -> WriteOutputs:
     """Streaming: every output as parts written while the job runs, through
-    one keyed stage. With `replace_earlier` (a job that does not resume a
-    checkpoint), the files an earlier run wrote under the outputs' names are
-    deleted first: this run's parts, numbered from 0, would overwrite some
-    of an earlier live run's and sit beside the rest."""
+    one keyed stage; `earlier` says what becomes of the outputs an earlier
+    run left under the same names."""
 
     def write(outputs: dict[str, beam.PCollection]) -> None:
-        if replace_earlier:
-            earlier = output_files(list(outputs))
-            if earlier:
-                _log.warning("deleting %d files an earlier run wrote", len(earlier))
-                FileSystems.delete(earlier)
+        settle_earlier_outputs(list(outputs), earlier)
         outputs | "WriteOutputs" >> WriteJsonLineParts(flush_seconds=flush_seconds)
 
     return write
+
+
+def settle_earlier_outputs(prefixes: list[str], earlier: EarlierOutputs) -> None:
+    """Deletes the outputs an earlier run left under `prefixes`, or raises
+    `EarlierOutputsExist`, as `earlier` says; idempotent."""
+    if earlier is EarlierOutputs.ADD_TO:
+        return
+    found = output_files(prefixes)
+    if not found:
+        return
+    if earlier is EarlierOutputs.REFUSE:
+        raise EarlierOutputsExist(
+            f"{os.path.dirname(found[0])} holds the outputs of an earlier run "
+            f"({_files(found)}), which a live run "
+            "that does not resume its checkpoint would replace, though their "
+            "input may be gone: resume that run with the --checkpoint_dir it "
+            "logged, give another --output, or delete them"
+        )
+    _log.warning("deleting %d files an earlier run wrote", len(found))
+    FileSystems.delete(found)
+
+
+def _files(paths: list[str]) -> str:
+    first = os.path.basename(paths[0])
+    return first if len(paths) == 1 else f"{first} and {len(paths) - 1} more"
 
 
 def read_output(output: pathlib.Path, name: str, message_type: type[M]) -> list[M]:

@@ -52,7 +52,13 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from pipelines import cli, live, live_flags, photon_live
 from pipelines import config as config_loader
 from pipelines.output_pipelines import output_id, pipelines_of, record_pipeline
-from pipelines.outputs import WriteOutputs, read_output, write_at_end, write_parts
+from pipelines.outputs import (
+    WriteOutputs,
+    read_output,
+    settle_earlier_outputs,
+    write_at_end,
+    write_parts,
+)
 from pipelines.photon_flags import check_inputs, load_config, parse_args
 from pipelines.runner_choice import choose_runner, runs_on_beam
 from pipelines.summary import (
@@ -92,6 +98,8 @@ from transforms.records.readers import (
 _log = logging.getLogger("pipelines.photon")
 METRIC_NAMESPACES = ("millwheel.records", "millwheel.photon")
 LOCAL_BIGTABLE = ("photon-local", "photon-local")
+# The outputs `build` writes, each under OUTPUT/<name>.
+OUTPUT_NAMES = (JOINED, UNJOINABLE, WASTED, DEAD_LETTERS)
 
 
 def join_params(config: config_loader.Config) -> JoinParams:
@@ -281,6 +289,11 @@ def build(
     write({str(output / name): pcoll for name, pcoll in sinks.items()})
 
 
+def output_prefixes(output: pathlib.Path) -> list[str]:
+    """The path prefixes `build` writes its outputs under."""
+    return [str(output / name) for name in OUTPUT_NAMES]
+
+
 def _warn_if_registry_lost(
     target: BigtableTarget, token: str, output: pathlib.Path
 ) -> None:
@@ -466,13 +479,14 @@ def run(argv: Sequence[str] | None = None) -> int:
                 # Generated logs are dated; judge their age by their own clock.
                 registry = dataclasses.replace(registry, now_ms=generated.now_ms)
     streaming = options.view_as(StandardOptions).streaming
-    write = (
-        write_parts(
-            config["live"]["flush_seconds"], replace_earlier=not live.resumes(options)
-        )
-        if streaming
-        else write_at_end
-    )
+    write = write_at_end
+    if streaming:
+        earlier = live.earlier_outputs(live.resumes(options), live_generated)
+        # Before an emulator starts: a refusal is one line, at once. The
+        # sinks settle them again (idempotently) as the job is built.
+        with cli.usage_errors():
+            settle_earlier_outputs(output_prefixes(output), earlier)
+        write = write_parts(config["live"]["flush_seconds"], earlier)
     with bigtable_target(args, config) as target:
         pipeline = beam.Pipeline(runner=runner, options=options)
         with cli.usage_errors():

@@ -358,7 +358,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             return FollowSearchQueries(pattern, fmt, follow)
 
     write = (
-        write_parts(config["live"]["flush_seconds"], replace_earlier=not resume)
+        write_parts(
+            config["live"]["flush_seconds"],
+            live.earlier_outputs(resume, live_generated),
+        )
         if streaming
         else write_at_end
     )

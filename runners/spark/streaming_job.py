@@ -180,9 +180,24 @@ class StreamingJob:
             self.state = runner.PipelineState.FAILED
         finally:
             self.checkpoint.release()
-            # Kept after a stop or a failure: the log named it for a resume.
-            if self._temporary and self.state == runner.PipelineState.DONE:
-                shutil.rmtree(self.checkpoint.root, ignore_errors=True)
+            if self._temporary:
+                self._leave_temporary_checkpoint()
+
+    def _leave_temporary_checkpoint(self) -> None:
+        """Deletes a checkpoint of the runner's own making once the job is
+        done; after a stop or a failure, keeps it and says how to resume
+        from it: only this log knows its name."""
+        root = self.checkpoint.root
+        if self.state == runner.PipelineState.DONE:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            _LOGGER.warning(
+                "SparkRunner streaming: the job's checkpoint is kept in %s; "
+                "run it again with --checkpoint_dir=%s to resume where it "
+                "stopped",
+                root,
+                root,
+            )
 
     def _lost(self, exc: BaseException) -> BaseException | None:
         """`exc` as a lost driver JVM or a job Spark aborted, if it is one,

@@ -16,8 +16,14 @@ from apache_beam.runners.runner import PipelineState
 
 from pipelines import config as config_loader
 from pipelines import live_flags
-from pipelines.live import generator_run, read_rate, resumes, run_until_stopped
-from pipelines.outputs import write_parts
+from pipelines.live import (
+    earlier_outputs,
+    generator_run,
+    read_rate,
+    resumes,
+    run_until_stopped,
+)
+from pipelines.outputs import EarlierOutputs, EarlierOutputsExist, write_parts
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG
 from runners.spark import SparkRunner
 from transforms.records.follow import FollowSearchQueries, FollowSettings
@@ -68,10 +74,9 @@ def parsed_live_flags(*argv):
     return parser.parse_args(argv)
 
 
-@pytest.mark.parametrize("replace_earlier", [True, False])
-def test_a_fresh_live_job_replaces_an_earlier_runs_outputs(tmp_path, replace_earlier):
-    # A fresh live run's parts, numbered from 0, overwrote some of an
-    # earlier live run's and sat beside the rest, and beside a batch run's.
+def earlier_run_outputs(tmp_path):
+    """An earlier live run's parts and a batch run's shard, under the name a
+    live run writes, and a file whose name is not an output's."""
     earlier = [
         part_path(str(tmp_path / "anomalies"), 0, 7),
         part_path(str(tmp_path / "anomalies"), 2, 0),
@@ -79,13 +84,55 @@ def test_a_fresh_live_job_replaces_an_earlier_runs_outputs(tmp_path, replace_ear
     ]
     for path in earlier:
         pathlib.Path(path).write_text('{"query": "earlier"}\n')
-    other = tmp_path / "anomalies-notes.jsonl"  # not named as an output is
+    other = tmp_path / "anomalies-notes.jsonl"
     other.write_text("kept\n")
-    write = write_parts(0.0, replace_earlier=replace_earlier)
+    return sorted(earlier), str(other)
+
+
+def write_live(tmp_path, earlier):
+    write = write_parts(0.0, earlier)
     write({str(tmp_path / "anomalies"): beam.Pipeline() | beam.Create(["a"])})
-    left = sorted(str(p) for p in tmp_path.glob("anomalies-*"))
-    kept = sorted(earlier) if not replace_earlier else []
-    assert left == sorted([*kept, str(other)])
+
+
+def left(tmp_path):
+    return sorted(str(p) for p in tmp_path.glob("anomalies-*"))
+
+
+@pytest.mark.parametrize("earlier", [EarlierOutputs.REPLACE, EarlierOutputs.ADD_TO])
+def test_a_live_job_replaces_or_adds_to_an_earlier_runs_outputs(tmp_path, earlier):
+    # A fresh live run's parts, numbered from 0, overwrote some of an
+    # earlier live run's and sat beside the rest, and beside a batch run's.
+    # A generated run replaces them; one that resumes adds to them.
+    outputs, other = earlier_run_outputs(tmp_path)
+    write_live(tmp_path, earlier)
+    kept = outputs if earlier is EarlierOutputs.ADD_TO else []
+    assert left(tmp_path) == sorted([*kept, other])
+
+
+def test_a_fresh_live_job_on_the_users_files_keeps_an_earlier_runs_outputs(tmp_path):
+    # It deleted them, though with --after_read delete or archive their
+    # input was gone: the earlier run's results were lost for good.
+    outputs, other = earlier_run_outputs(tmp_path)
+    earlier = r"outputs of an earlier run \(anomalies-.* and 2 more\)"
+    with pytest.raises(EarlierOutputsExist, match=earlier):
+        write_live(tmp_path, EarlierOutputs.REFUSE)
+    assert left(tmp_path) == sorted([*outputs, other])
+    for path in outputs:
+        pathlib.Path(path).unlink()
+    write_live(tmp_path, EarlierOutputs.REFUSE)
+
+
+@pytest.mark.parametrize(
+    ("resume", "generated", "expected"),
+    [
+        (True, True, EarlierOutputs.ADD_TO),
+        (True, False, EarlierOutputs.ADD_TO),
+        (False, True, EarlierOutputs.REPLACE),
+        (False, False, EarlierOutputs.REFUSE),
+    ],
+)
+def test_what_a_live_run_does_with_earlier_outputs(resume, generated, expected):
+    assert earlier_outputs(resume, generated) is expected
 
 
 def test_a_generated_run_waits_for_its_own_disorder_unless_told_otherwise():

@@ -5,6 +5,7 @@ a default, an empty input or a changed value) or end in a traceback.
 """
 
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import pytest
 from pipelines import config as config_loader
 from pipelines import photon_flags, zeitgeist_flags
 from pipelines.output_pipelines import RECORD, record_pipeline
+from transforms.records.json_files import part_path
 
 USAGE = 2
 
@@ -291,6 +293,35 @@ def test_follow_mistakes_are_one_line_and_exit_2(tmp_path):
     )
     assert_usage_error(done, "--follow needs a runner", "--runner=SparkRunner")
     assert not (tmp_path / "z").exists(), "nothing may run before the check"
+
+
+@pytest.mark.parametrize("module", ["pipelines.zeitgeist", "pipelines.photon"])
+def test_a_fresh_live_run_over_an_earlier_runs_outputs_is_refused(tmp_path, module):
+    # It deleted them as it started: with --after_read delete, their input
+    # was gone too, and the earlier run's results with it.
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    output = tmp_path / "out"
+    output.mkdir()
+    earlier = output / ("anomalies" if module.endswith("zeitgeist") else "joined")
+    earlier = pathlib.Path(part_path(str(earlier), 0, 3))
+    earlier.write_text("{}\n")
+    inputs = (
+        ["--input", str(inbox / "*.jsonl")]
+        if module.endswith("zeitgeist")
+        else ["--queries", str(inbox / "q*.jsonl"), "--clicks", str(inbox / "c*.jsonl")]
+    )
+    done = run_cli(
+        module,
+        *("--output", str(output), "--follow", "--runner=SparkRunner"),
+        *("--after_read", "delete", *inputs),
+    )
+    assert_usage_error(
+        done,
+        f"{output} holds the outputs of an earlier run ({earlier.name})",
+        "--checkpoint_dir",
+    )
+    assert earlier.read_text() == "{}\n"
 
 
 @pytest.mark.parametrize("module", ["pipelines.zeitgeist", "pipelines.photon"])

@@ -195,9 +195,10 @@ def test_a_checkpoint_of_the_runners_own_making_goes_when_the_job_finishes(
 
 
 def test_a_checkpoint_of_the_runners_own_making_stays_when_the_job_stops(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, caplog
 ):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    caplog.set_level(logging.WARNING, logger="runners.spark")
     start = time.time()
     pipeline = beam.Pipeline(
         runner=SparkRunner(), options=PipelineOptions(["--streaming"])
@@ -208,8 +209,11 @@ def test_a_checkpoint_of_the_runners_own_making_stays_when_the_job_stops(
     result = pipeline.run()
     assert result.wait_until_finish(duration=5_000) == PipelineState.RUNNING
     assert result.cancel() == PipelineState.CANCELLED
-    # The log named it: a run passing it as --checkpoint_dir resumes.
+    # A run passing it as --checkpoint_dir resumes; the log says so at the
+    # stop, where only a line at the start named it.
     assert list((pathlib.Path(result.checkpoint_dir) / "commits").glob("*.json"))
+    resume = f"run it again with --checkpoint_dir={result.checkpoint_dir} to resume"
+    assert any(resume in r.getMessage() for r in caplog.records), caplog.text
 
 
 def test_a_checkpoint_of_another_pipeline_is_refused(tmp_path):
