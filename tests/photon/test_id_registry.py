@@ -1,6 +1,8 @@
 """The id registry: batched conditional inserts per row, take-over, GC horizon."""
 
+import datetime
 import threading
+import time
 
 import pytest
 
@@ -190,6 +192,36 @@ def test_rows_are_hash_prefixed_by_bucket_and_slice_and_have_the_gc_rule(
     table = bigtable_instance.instance().table("id_registry")
     rule = table.list_column_families()[ID_REGISTRY_FAMILY].gc_rule
     assert rule.max_age.days == 3
+
+
+def test_a_click_dated_ahead_of_the_clock_keeps_its_registration_past_its_time(
+    registry, bigtable_instance
+):
+    # Cells were stamped with the registration's wall-clock time, so a
+    # click dated 30 days ahead (a skewed client) lost its registration to
+    # GC 3 days after it was registered, while a copy stayed young enough
+    # to pass the age check, and register, until 3 days past its date.
+    now_ms = time.time_ns() // 1_000_000
+    ahead = ClickRef("ahead", now_ms + 30 * DAY)
+    past = ClickRef("past", now_ms - DAY)
+    registry.register_many([ahead, past], "A")
+    moved = ClickRef("moved", now_ms + 10 * DAY)
+    registry.register(moved, "A")
+    registry.take_over(moved, "A", "V")
+    stamps = {
+        qualifier.decode(): versions[0].timestamp
+        for row in registry_rows(bigtable_instance).values()
+        for qualifier, versions in row.cells[ID_REGISTRY_FAMILY].items()
+    }
+    assert stamps["ahead"] == ms_datetime(ahead.event_time_ms)
+    assert stamps["moved"] == ms_datetime(moved.event_time_ms)
+    # A click of the past is stamped at its registration, as before.
+    registered = stamps["past"] - ms_datetime(now_ms)
+    assert datetime.timedelta(0) <= registered < datetime.timedelta(minutes=1)
+
+
+def ms_datetime(epoch_ms):
+    return datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.UTC)
 
 
 def test_horizon_rejects_only_clicks_older_than_gc_days():

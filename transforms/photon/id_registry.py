@@ -47,9 +47,13 @@ registry for ``gc_days``, and by then no registration it described is left.
 
 Garbage collection is Bigtable's (``id_registry_table(gc_days)``: cells older
 than N days go), cell by cell. Cells carry the wall-clock time of
-registration, so an entry lives at least N days past its click's event time;
-clicks older than that horizon must be rejected before registering
+registration, or the click's event time if that is later (``_cell_micros``),
+so an entry lives at least N days past its click's event time; clicks older
+than that horizon must be rejected before registering
 (``older_than_horizon``), since their earlier registration may be gone.
+A click dated ahead of the clock (a skewed client) would otherwise outlive
+its registration: GC'd N days after it was registered, a copy could still
+be young enough to register again.
 """
 
 from __future__ import annotations
@@ -257,7 +261,9 @@ class IdRegistry:
         for _ in range(_MAX_ROUNDS):
             if not pending:
                 return outcomes  # type: ignore[return-value]
-            pending = self._register_round(pending, token.encode(), tokens, outcomes)
+            pending = self._register_round(
+                pending, token.encode(), tokens, clicks, outcomes
+            )
         left = sum(len(ids) for ids in pending.values())
         raise RuntimeError(
             f"{left} registrations were still contested after {_MAX_ROUNDS} "
@@ -276,12 +282,12 @@ class IdRegistry:
         pending: _Groups,
         pipeline: bytes,
         tokens: list[bytes],
+        clicks: Sequence[ClickRef],
         outcomes: list[Outcome | None],
     ) -> _Groups:
         """One conditional write per row (per chunk of a large row); settles
         what it can and returns the groups to try again."""
-        # Millisecond timestamps: Bigtable's default granularity.
-        now_micros = time.time_ns() // 1_000_000 * 1000
+        now_ms = time.time_ns() // 1_000_000
         chunks = [
             (row, qualifiers[start : start + self._columns_per_write])
             for row, columns in pending.items()
@@ -295,9 +301,13 @@ class IdRegistry:
                 if_false=[
                     # An id's first listed occurrence is the one written.
                     set_cell(
-                        ID_REGISTRY_FAMILY, q, tokens[pending[row][q][0]], now_micros
+                        ID_REGISTRY_FAMILY,
+                        q,
+                        tokens[first],
+                        _cell_micros(clicks[first], now_ms),
                     )
                     for q in qualifiers
+                    for first in [pending[row][q][0]]
                 ],
             )
             for row, qualifiers in chunks
@@ -378,7 +388,7 @@ class IdRegistry:
                 rf.LiteralValueFilter(holder.encode()),
             ]
         )
-        now_micros = time.time_ns() // 1_000_000 * 1000
+        stamp = _cell_micros(click, time.time_ns() // 1_000_000)
         moved = self._call(
             "CheckAndMutateRow (take over)",
             lambda left: self._table.check_and_mutate_row(
@@ -386,13 +396,20 @@ class IdRegistry:
                 held,
                 true_case_mutations=[
                     DeleteRangeFromColumn(ID_REGISTRY_FAMILY, qualifier),
-                    SetCell(ID_REGISTRY_FAMILY, qualifier, token.encode(), now_micros),
+                    SetCell(ID_REGISTRY_FAMILY, qualifier, token.encode(), stamp),
                 ],
                 operation_timeout=left,
             ),
         )
         # A resent write that had been applied finds the click moved already.
         return moved or self.owners([click]).get(click.click_id) == token
+
+
+def _cell_micros(click: ClickRef, now_ms: int) -> int:
+    """The timestamp of ``click``'s registry cell, in Bigtable's millisecond
+    granularity: never before the click's event time, from which the age
+    check counts the N days the cell must live."""
+    return max(now_ms, click.event_time_ms) * 1000
 
 
 def _layout_value(layout: RegistryLayout) -> bytes:
