@@ -1,5 +1,7 @@
 """The pipeline lease on the Bigtable emulator: one running pipeline per id."""
 
+import os
+import subprocess
 import threading
 import time
 
@@ -8,6 +10,7 @@ import pytest
 from tests.photon.joining import target_of
 from transforms.photon.bigtable_retry import TableGone
 from transforms.photon.pipeline_lease import (
+    Holding,
     PipelineIdInUse,
     PipelineLease,
     outputs_written,
@@ -184,3 +187,43 @@ def test_the_outputs_an_id_wrote_to_outlive_its_lease(lease, bigtable_instance):
     assert written["bbb"].renewed_ms - renewed_ms in range(-5_000, 1)
     assert written["aaa"].renewed_ms < written["bbb"].renewed_ms
     assert outputs_written(target_of(bigtable_instance), GC_DAYS, "north") == {}
+
+
+def ended_process():
+    """The id of a process that has ended."""
+    probe = subprocess.Popen(["true"])
+    probe.wait()
+    return probe.pid
+
+
+def test_a_second_process_on_the_same_output_is_refused_while_the_first_runs(
+    lease,
+):
+    # Both named the same host and output, so the second took the id as a
+    # restart, and the two overwrote each other's renewals without either
+    # noticing: a stalled run a supervisor restarted beside it, both
+    # registering clicks as the pipeline. The first, ending, then released
+    # the cell under the second, which stopped as if the table were emptied.
+    running = lease("host-a:/out/east", pid=os.getpid())
+    running.acquire()
+    twin = lease("host-a:/out/east", pid=ended_process())
+    with pytest.raises(PipelineIdInUse, match=r"writing to the same output .*"):
+        twin.acquire()
+    assert running.renew()
+
+
+def test_a_restart_takes_the_id_of_its_ended_predecessor_at_once(lease):
+    crashed = lease("host-a:/out/east", pid=ended_process())
+    crashed.acquire()
+    restarted = lease("host-a:/out/east", pid=os.getpid())
+    restarted.acquire()
+    # The crashed run's renewal, had it lived on, would find the id taken.
+    assert not crashed.renew()
+
+
+def test_a_lease_cell_of_the_older_form_is_read():
+    # Written before the process was recorded: "renewed_ms host:output".
+    older = Holding.decode(b"1767571200000 host-a:/out/east dir")
+    assert older == Holding("host-a:/out/east dir", 1_767_571_200_000, None)
+    now = Holding("host-a:/out/east dir", 1_767_571_200_000, 42)
+    assert Holding.decode(now.encode()) == now

@@ -5,10 +5,12 @@ id each take the other's registrations for their own and output them, so
 every click is output twice, and nothing in the registry can tell. The
 lease makes the second refuse to start. One row per id, ``~pipeline#<id>``,
 holds one cell: who runs the id (``holder``: the host and output directory,
-what a restart of the same pipeline shares) and when it last said so. A
-running pipeline renews it every third of ``lease_s``; another holder may
-take it only once it is that old, so a pipeline that crashed frees its id
-within ``lease_s``, and its own restart takes it at once. A holder that
+what a restart of the same pipeline shares, and the process) and when it
+last said so. A running pipeline renews it every third of ``lease_s``;
+another holder may take it only once it is that old, so a pipeline that
+crashed frees its id within ``lease_s``, and its own restart (same host and
+output, its predecessor's process gone) takes it at once. A second process
+on the same output while the first runs is refused like any other. A holder that
 stalled past ``lease_s`` while another took the id finds out at its next
 renewal: ``held`` sets its ``lost`` event, and the command stops the job.
 Until then both output clicks: the lease narrows that window to a renewal
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import threading
 import time
@@ -73,18 +76,24 @@ class PipelineIdInUse(RuntimeError):
 
 
 class Holding(NamedTuple):
-    """Who holds a pipeline id, and when they last renewed it."""
+    """Who holds a pipeline id (where it writes, and its process there),
+    and when they last renewed it."""
 
     holder: str
     renewed_ms: int
+    # None in a cell written before the process was recorded (2026-11-28).
+    pid: int | None = None
 
     def encode(self) -> bytes:
-        return f"{self.renewed_ms} {self.holder}".encode()
+        return f"{self.renewed_ms} {self.pid} {self.holder}".encode()
 
     @classmethod
     def decode(cls, value: bytes) -> Holding:
-        renewed, holder = value.decode().split(" ", 1)
-        return cls(holder, int(renewed))
+        renewed, rest = value.decode().split(" ", 1)
+        pid, _, holder = rest.partition(" ")
+        if not pid.isdigit():  # the older form: no process, "host:output"
+            return cls(rest, int(renewed))
+        return cls(holder, int(renewed), int(pid))
 
 
 class PipelineLease:
@@ -104,6 +113,7 @@ class PipelineLease:
         holder: str,
         *,
         output_id: str | None = None,
+        pid: int | None = None,
         lease_s: float = LEASE_SECONDS,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
@@ -114,6 +124,7 @@ class PipelineLease:
         self._deadline_s = target.deadline_s
         self._row = _ROW_PREFIX + token.encode()
         self._token, self._holder = token, holder
+        self._pid = os.getpid() if pid is None else pid
         self._output_column = (
             None if output_id is None else _OUTPUT_PREFIX + output_id.encode()
         )
@@ -250,8 +261,15 @@ class PipelineLease:
 
     def _refuse_if_held(self, holding: Holding) -> None:
         age_ms = self._clock_ms() - holding.renewed_ms
-        if holding.holder == self._holder or age_ms >= self._lease_ms:
+        if age_ms >= self._lease_ms or self._restarts(holding):
             return
+        if holding.holder == self._holder:
+            raise PipelineIdInUse(
+                f"pipeline id {self._token!r} is in use by another running "
+                f"pipeline writing to the same output ({holding.holder}, "
+                f"process {holding.pid}, renewed {age_ms / 1000:.0f} s ago): "
+                "both would output every click. Stop it, or wait for it to end"
+            )
         raise PipelineIdInUse(
             f"pipeline id {self._token!r} is in use by another running "
             f"pipeline ({holding.holder}, renewed {age_ms / 1000:.0f} s ago): "
@@ -260,10 +278,23 @@ class PipelineLease:
             f"{self._lease_ms / 1000:.0f} s after its last renewal"
         )
 
+    def _restarts(self, holding: Holding) -> bool:
+        """Whether this holder may take over ``holding`` before its lease
+        runs out: it is this process's own, or that of a process that
+        wrote to the same output on this host (the holder names the host)
+        and has ended, a crashed run this one restarts. Any other holder of
+        the same output, such as a stalled run a supervisor restarted, is
+        running: both would register clicks as this pipeline."""
+        if holding.holder != self._holder:
+            return False
+        if holding.pid is None or holding.pid == self._pid:
+            return True
+        return not _alive(holding.pid)
+
     def _write_over(self, expected: bytes | None, call: _Call) -> bool:
         """Writes this holder's renewal if the cell still holds ``expected``
         (None: no cell at all); True if it did."""
-        mine = Holding(self._holder, self._clock_ms()).encode()
+        mine = Holding(self._holder, self._clock_ms(), self._pid).encode()
         # One version only: the old one goes in the same atomic mutation.
         mutations = [_CLEAR, SetCell(ID_REGISTRY_FAMILY, _COLUMN, mine)]
         if self._output_column is not None:
@@ -300,13 +331,16 @@ class PipelineLease:
         if current == mine:
             self._written = mine
             return True
-        if current is not None and Holding.decode(current).holder == self._holder:
+        if current is not None and self._is_mine(Holding.decode(current)):
             # Still this holder's: an earlier renewal that timed out here (a
             # Bigtable stalled past the deadline of one attempt) was applied
             # after all, so the cell is not the value last known written.
             # Taken for another pipeline's, it stopped the only one running.
             return self._write_over(current, call)
         return False
+
+    def _is_mine(self, holding: Holding) -> bool:
+        return (holding.holder, holding.pid) == (self._holder, self._pid)
 
     def _read(self, call: _Call) -> bytes | None:
         row = call(
@@ -330,6 +364,17 @@ class PipelineLease:
         except Exception as error:
             check_gone(self._table_id, operation, error)
             raise
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def outputs_written(
