@@ -185,6 +185,17 @@ class FencedTable:
 
     def _holds(self, generation: int) -> rf.RowFilter:
         """Matches iff the newest token cell holds exactly ``generation``."""
+        # A range from the value to itself compares raw bytes. Not
+        # LiteralValueFilter: Google's client leaves bytes >= 0x80 unescaped
+        # in its regex, which the bttest emulator's parser refuses as invalid
+        # UTF-8, so every generation with such a byte (128 to 255, ...)
+        # failed instead of fencing.
+        value = _encode(generation)
         return rf.RowFilterChain(
-            [self._token_cell(), rf.LiteralValueFilter(_encode(generation))]
+            [
+                self._token_cell(),
+                rf.ValueRangeFilter(
+                    value, value, inclusive_start=True, inclusive_end=True
+                ),
+            ]
         )
