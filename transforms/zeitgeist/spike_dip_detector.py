@@ -50,7 +50,11 @@ class SpikeDipDetector(beam.DoFn):
     A runner that fires a stage's due timers in rounds, as Beam's
     FnApiRunner does, can fire it while the counter upstream, in the same
     stage, still has silent windows to emit, one round each: the second
-    firing finds the query's windows over.
+    firing finds the query's windows over. Beam's bundle-based DirectRunner
+    in streaming does not hold the watermark for timers at all, so a
+    `TestStream` that jumps straight to +inf can fire it twice between two
+    of those windows: end one at a finite watermark past the activity
+    horizon first (README, "Use the transforms in your own Beam job").
 
     State, per query, for the key's lifetime: `pending` updates waiting for
     their predecessor; `detector`, the `DetectorState` (evidence, its
