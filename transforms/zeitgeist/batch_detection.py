@@ -35,12 +35,7 @@ from transforms.records.zeitgeist_pb2 import (
     WindowCount,
     WindowScore,
 )
-from transforms.zeitgeist.batch_windows import (
-    GroupSeries,
-    WindowCounters,
-    input_end,
-    series_counts,
-)
+from transforms.zeitgeist.batch_windows import GroupSeries, input_end, series_counts
 from transforms.zeitgeist.confidence import Verdict, update_confidence
 from transforms.zeitgeist.episodes import advance, ended_open
 from transforms.zeitgeist.forecast import fold
@@ -52,6 +47,7 @@ from transforms.zeitgeist.spike_dip_detector import (
     window_score,
 )
 from transforms.zeitgeist.window_counter import LATE
+from transforms.zeitgeist.window_metrics import WindowCounters
 
 WINDOWS = "windows"
 

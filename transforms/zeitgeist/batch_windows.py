@@ -20,14 +20,13 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
-from apache_beam.utils.timestamp import Timestamp
 
-from transforms.millwheel.event_time import last_instant, restamped, window_start
+from transforms.millwheel.event_time import restamped, window_start
 from transforms.records.zeitgeist_pb2 import SearchQuery, WindowCount
 from transforms.zeitgeist.count_sums import add_counts
 from transforms.zeitgeist.params import WindowParams
-from transforms.zeitgeist.window_counter import LATE, METRICS_NAMESPACE, last_event_time
+from transforms.zeitgeist.window_counter import LATE, last_event_time
+from transforms.zeitgeist.window_metrics import WindowCounters
 
 # A query's searches summed per window over part of the input (one table of
 # `PreCountSearches`, or one deduplicated search): `(key, [(window start,
@@ -84,22 +83,6 @@ def series_counts(
             window.previous_window_start = previous
         yield window
         previous = start
-
-
-class WindowCounters:
-    """`WindowCounter`'s metrics of the windows it emits."""
-
-    def __init__(self) -> None:
-        self._emitted = Metrics.counter(METRICS_NAMESPACE, "windows_emitted")
-        self._zero = Metrics.counter(METRICS_NAMESPACE, "zero_windows_emitted")
-
-    def stamp(self, window: WindowCount) -> Timestamp:
-        """Count `window` as emitted; return the timestamp it is emitted
-        with, its last instant."""
-        self._emitted.inc()
-        if not window.count:
-            self._zero.inc()
-        return last_instant(window.window_end)
 
 
 class EmitSeries(beam.DoFn):

@@ -40,6 +40,7 @@ from transforms.zeitgeist.count_sums import add_counts
 from transforms.zeitgeist.metrics import METRICS_NAMESPACE
 from transforms.zeitgeist.params import WindowParams
 from transforms.zeitgeist.pending_windows import PendingWindows
+from transforms.zeitgeist.window_metrics import WindowCounters
 
 LATE = "late"
 # The count that marks a bounded input's end-of-input punctuation. Searches
@@ -137,8 +138,7 @@ class WindowCounter(beam.DoFn):
 
     def __init__(self, params: WindowParams):
         self._params = params
-        self._emitted = Metrics.counter(METRICS_NAMESPACE, "windows_emitted")
-        self._zero = Metrics.counter(METRICS_NAMESPACE, "zero_windows_emitted")
+        self._counted = WindowCounters()
         # Elements sent to `late`, and the searches they hold (a partial
         # from `CombineWithinBundle` holds several).
         self._late = Metrics.counter(METRICS_NAMESPACE, "late_records")
@@ -184,6 +184,8 @@ class WindowCounter(beam.DoFn):
         windows[start] = (add_counts(previous, count), revision + 1)
         retained.write(windows)
         self._corrections.inc()
+        if previous != windows[start][0]:  # a window already full stays counted
+            self._counted.count_saturated(windows[start][0])
         return (key, self._window_count(key, start, *windows[start]))
 
     @on_timer(WINDOW_END)
@@ -221,12 +223,10 @@ class WindowCounter(beam.DoFn):
             if start in counts:
                 active = start
             count = counts.pop(start, 0)
-            self._emitted.inc()
-            if not count:
-                self._zero.inc()
             if self._params.late_data.retains(start + size, fire_end):
                 self._retain(retained, start, count, fire_end)
             window = self._window_count(key, start, count, 0)
+            self._counted.count(window)
             if previous is not None:
                 window.previous_window_start = previous
             previous = start
