@@ -267,6 +267,40 @@ def test_click_older_than_the_gc_horizon_is_rejected(bigtable_instance):
         )
 
 
+def test_a_retry_past_the_gc_horizon_outputs_the_click_it_registered(
+    bigtable_instance,
+):
+    # An attempt registered c-edge while it was young and failed before its
+    # output committed; the retry ran once the click had crossed the
+    # horizon, rejected it as too old without asking the registry, and the
+    # click, registered and never output, was lost (the verifier too sets
+    # such clicks aside).
+    target = target_of(bigtable_instance)
+    young = RegistryParams(gc_days=3, now_ms=T0 + 2 * DAY)
+    events = [
+        query("q-edge", T0),
+        click("c-edge", "q-edge", T0 + 1),
+        query("q-old", T0),
+        click("c-old", "q-old", T0 + 2),
+    ]
+    with pipeline() as p:
+        join(p, events[:2], target, token="A", join=PARAMS, registry=young)
+    retry = RegistryParams(gc_days=3, now_ms=T0 + 4 * DAY)
+    with pipeline() as p:
+        out = join(p, events, target, token="A", join=PARAMS, registry=retry)
+        expect(out[JOINED], lambda j: j.click.click_id, ["c-edge"], "Joined")
+        expect(
+            out[UNJOINABLE],
+            lambda u: (u.click.click_id, UnjoinableClick.Reason.Name(u.reason)),
+            [("c-old", "OLDER_THAN_GC_HORIZON")],
+            "Unjoinable",
+        )
+    # Another pipeline does not output it: the registry has it as A's.
+    with pipeline() as p:
+        out = join(p, events[:2], target, token="B", join=PARAMS, registry=retry)
+        expect(out[JOINED], lambda j: j.click.click_id, [], "Other")
+
+
 def test_unusable_events_go_to_dead_letters(bigtable_instance):
     events = [
         query("q7", T0),

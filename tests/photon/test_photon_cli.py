@@ -492,13 +492,19 @@ def test_generated_run_matches_its_ground_truth(tmp_path):
     assert made >= summary_value(stdout, "clicks joined") == len(truth["joinable"])
 
 
-def test_logs_older_than_the_gc_horizon_by_the_wall_clock_get_a_warning(logs, tmp_path):
+def test_logs_older_than_the_gc_horizon_by_the_wall_clock_get_a_warning(
+    logs, bigtable_instance, tmp_path
+):
     # The logs are of January 2026: by the wall clock (no --now_ms), every
     # click is older than the horizon. They are counted, and the user told.
+    # A registry of its own: one where a run had registered some of these
+    # clicks as this pipeline's would have them output again.
     process = start_cli(
         "pipelines.photon",
         *("--queries", logs["queries"], "--clicks", logs["clicks"]),
         *("--output", str(tmp_path / "out"), "--gc_days", str(GC_DAYS)),
+        *("--bigtable_project", bigtable_instance.project),
+        *("--bigtable_instance", bigtable_instance.instance_id),
     )
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr[-3000:]

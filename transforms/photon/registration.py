@@ -12,7 +12,10 @@ For each candidate ``JoinedClick``:
 
 - older than the registry's GC horizon (by ``RegistryParams.now_ms`` or the
   wall clock): ``unjoinable`` with reason ``OLDER_THAN_GC_HORIZON``, never
-  registered (the registry may have forgotten an earlier join of it);
+  registered (the registry may have forgotten an earlier join of it), unless
+  the registry still holds it under this occurrence's token: a retry of a
+  bundle that registered it while it was young, output as ``joined`` (or
+  the click, registered and never output, would be lost);
 - registered now, or already under this occurrence's token (a retried
   bundle): output as ``joined``;
 - registered for another occurrence of the click by this pipeline (a copy
@@ -39,7 +42,12 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms.photon.event_store import METRICS_NAMESPACE
-from transforms.photon.id_registry import ClickRef, IdRegistry, Outcome
+from transforms.photon.id_registry import (
+    ClickRef,
+    IdRegistry,
+    Outcome,
+    occurrence_token,
+)
 from transforms.photon.joiner import UNJOINABLE
 from transforms.photon.params import BigtableTarget, RegistryParams
 from transforms.photon.registry_gc import older_than_horizon
@@ -102,6 +110,8 @@ class RegisterJoins(beam.DoFn):
 
     def start_bundle(self) -> None:
         self._buffer: list[WindowedValue] = []
+        # Candidates past the GC horizon, with why: looked up, not registered.
+        self._too_old_buffer: list[tuple[WindowedValue, str]] = []
 
     def process(
         self,
@@ -114,33 +124,46 @@ class RegisterJoins(beam.DoFn):
             self._params.age_clock_ms(),
             self._params.gc_days,
         )
+        held = WindowedValue(candidate, timestamp, (window,))
         if reason is not None:
-            self._too_old.inc()
-            rejected = UnjoinableClick(
-                click=candidate.click,
-                reason=UnjoinableClick.OLDER_THAN_GC_HORIZON,
-                detail=reason,
-            )
-            yield beam.pvalue.TaggedOutput(UNJOINABLE, rejected)
-            return
-        self._buffer.append(WindowedValue(candidate, timestamp, (window,)))
-        if len(self._buffer) >= self._params.max_batch:
+            self._too_old_buffer.append((held, reason))
+        else:
+            self._buffer.append(held)
+        if len(self._buffer) + len(self._too_old_buffer) >= self._params.max_batch:
             yield from self._flush()
 
     def finish_bundle(self) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
         yield from self._flush()
 
     def _flush(self) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
+        yield from self._flush_too_old()
+        yield from self._flush_young()
+
+    def _flush_too_old(self) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
+        batch, self._too_old_buffer = self._too_old_buffer, []
+        if not batch:
+            return
+        clicks = [_click_ref(held.value) for held, _ in batch]
+        holders = self._registry.owners(clicks)
+        for (held, reason), click in zip(batch, clicks, strict=True):
+            if holders.get(click.click_id) == occurrence_token(self._token, click):
+                self._retried.inc()
+                yield from self._output(held)
+                continue
+            self._too_old.inc()
+            rejected = UnjoinableClick(
+                click=held.value.click,
+                reason=UnjoinableClick.OLDER_THAN_GC_HORIZON,
+                detail=reason,
+            )
+            yield beam.pvalue.TaggedOutput(UNJOINABLE, held.with_value(rejected))
+
+    def _flush_young(self) -> Iterator[WindowedValue | beam.pvalue.TaggedOutput]:
         batch, self._buffer = self._buffer, []
         if not batch:
             return
         self._batches.update(len(batch))
-        clicks = [
-            ClickRef(
-                j.click.click_id, j.click.event_time, j.occurrence, j.click.query_id
-            )
-            for j in (candidate.value for candidate in batch)
-        ]
+        clicks = [_click_ref(candidate.value) for candidate in batch]
         outcomes = self._registry.register_many(clicks, self._token)
         for candidate, outcome in zip(batch, outcomes, strict=True):
             if outcome is Outcome.DUPLICATE:
@@ -152,10 +175,21 @@ class RegisterJoins(beam.DoFn):
                 continue
             if outcome is Outcome.ALREADY_MINE:
                 self._retried.inc()
-            click_id = candidate.value.click.click_id
-            fraction = self._params.fail_after_register_fraction
-            if lost_after_register(click_id, fraction):
-                self._lost.inc()
-                continue
-            self._joined.inc()
-            yield candidate
+            yield from self._output(candidate)
+
+    def _output(self, candidate: WindowedValue) -> Iterator[WindowedValue]:
+        """A registered candidate as ``joined``, unless the test-only fault
+        injection drops it here."""
+        click_id = candidate.value.click.click_id
+        if lost_after_register(click_id, self._params.fail_after_register_fraction):
+            self._lost.inc()
+            return
+        self._joined.inc()
+        yield candidate
+
+
+def _click_ref(candidate: JoinedClick) -> ClickRef:
+    click = candidate.click
+    return ClickRef(
+        click.click_id, click.event_time, candidate.occurrence, click.query_id
+    )
