@@ -127,17 +127,27 @@ class SparkStandaloneCluster:
         )
         log.close()
 
+    def applications(self) -> set[str]:
+        """The ids of the applications the master runs or has run: a test
+        tells by them that its job ran on this cluster, not in local mode."""
+        status = self._status()
+        apps = [*status.get("activeapps", []), *status.get("completedapps", [])]
+        return {app["id"] for app in apps}
+
+    def _status(self) -> dict:
+        """The master's status page."""
+        status_url = f"http://{HOST}:{self.master_ui_port}/json/"
+        with urllib.request.urlopen(status_url, timeout=2) as response:
+            return json.load(response)
+
     def _wait_for_worker(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        status_url = f"http://{HOST}:{self.master_ui_port}/json/"
         while time.monotonic() < deadline:
             for proc in self._procs:
                 if proc.poll() is not None:
                     raise ClusterFailed(f"a Spark daemon exited:\n{self.logs()}")
             try:
-                with urllib.request.urlopen(status_url, timeout=2) as response:
-                    status = json.load(response)
-                if status.get("aliveworkers", 0) >= 1:
+                if self._status().get("aliveworkers", 0) >= 1:
                     return
             except (OSError, ValueError):
                 # Not up yet: no answer, or (while its web UI starts) an

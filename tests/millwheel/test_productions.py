@@ -1,13 +1,20 @@
 """Strong productions pass records through a checkpoint; weak ones get stable keys."""
 
 import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests.millwheel.strong_production_job import ELEMENTS
 from transforms.millwheel.productions import StrongProduction, deterministic_row_key
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_strong_production_applies_the_step_after_a_checkpoint():
@@ -19,11 +26,39 @@ def test_strong_production_applies_the_step_after_a_checkpoint():
         )
         assert_that(out, equal_to([10, 20, 30]))
 
-    labels = {
-        t.unique_name for t in pipeline.to_runner_api().components.transforms.values()
-    }
-    assert "StrongProduction/Checkpoint" in labels
-    assert "StrongProduction/Step" in labels
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_retried_step_replays_the_checkpoint_not_the_steps_before_it(tmp_path):
+    # The step's Python worker is killed once and Spark retries its task:
+    # from the checkpoint, the step before it is not computed again. Without
+    # it, the two are one stage, and the retry computes every element of
+    # the task again (a non-deterministic step would answer otherwise).
+    computed, markers = tmp_path / "computed", tmp_path / "markers"
+    markers.mkdir()
+    done = subprocess.run(
+        [
+            sys.executable,
+            *("-m", "tests.millwheel.strong_production_job"),
+            f"--computed={computed}",
+            f"--markers={markers}",
+            f"--output={tmp_path / 'out' / 'steps'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert [p.name for p in markers.iterdir()] == ["step"], "no worker was killed"
+    assert sorted(map(int, computed.read_text().split())) == list(range(ELEMENTS))
+    outputs = [
+        int(line)
+        for path in (tmp_path / "out").iterdir()
+        for line in path.read_text().split()
+    ]
+    assert sorted(outputs) == [10 * e for e in range(ELEMENTS)]
 
 
 def test_row_key_is_a_hash_prefix_and_the_parts():

@@ -341,6 +341,7 @@ def test_the_live_command_runs_on_a_standalone_cluster(tmp_path, spark_cluster):
     for i, records in enumerate(files):
         drop_file(inbox, f"part{i}.jsonl", records)
     day_end = stream.spec.start_ms + DAY_MS
+    before = spark_cluster.applications()
     # Nothing more arrives: 2 s later the watermark reaches the newest
     # search, and the windows before it close.
     job = _cli(
@@ -362,6 +363,8 @@ def test_the_live_command_runs_on_a_standalone_cluster(tmp_path, spark_cluster):
             job.wait()
     assert job.returncode == 0, stderr[-4000:]
     assert "Zeitgeist summary" in stdout
+    # On the cluster: local mode would give the same outputs.
+    assert len(spark_cluster.applications() - before) == 1
     closed_through = _closed_through(output)
     assert closed_through >= day_end - 15 * 60_000
     live = _outputs(output)

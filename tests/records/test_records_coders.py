@@ -15,6 +15,9 @@ from transforms.records import (
     SearchQuery,
     WindowCount,
     WindowScore,
+    dead_letter_pb2,
+    photon_pb2,
+    zeitgeist_pb2,
 )
 from transforms.records.coders import MESSAGE_TYPES
 
@@ -81,20 +84,25 @@ SAMPLES = [
 
 
 def test_package_exports_every_message_class():
-    for name in (
-        "SearchQuery",
-        "WindowCount",
-        "ModelUpdate",
-        "Anomaly",
-        "AnomalyKind",
-        "WindowScore",
-        "QueryEvent",
-        "ClickEvent",
-        "JoinedClick",
-        "DeadLetter",
-    ):
+    generated = {
+        **{name: getattr(zeitgeist_pb2, name) for name in ZEITGEIST_MESSAGES},
+        **{name: getattr(photon_pb2, name) for name in PHOTON_MESSAGES},
+        "DeadLetter": dead_letter_pb2.DeadLetter,
+    }
+    for name, message in generated.items():
         assert name in records.__all__
-        assert getattr(records, name) is not None
+        assert getattr(records, name) is message, name
+
+
+ZEITGEIST_MESSAGES = (
+    "SearchQuery",
+    "WindowCount",
+    "ModelUpdate",
+    "Anomaly",
+    "AnomalyKind",
+    "WindowScore",
+)
+PHOTON_MESSAGES = ("QueryEvent", "ClickEvent", "JoinedClick")
 
 
 @pytest.mark.parametrize("message", SAMPLES, ids=lambda m: type(m).__name__)

@@ -30,6 +30,7 @@ def test_pipeline_on_standalone_cluster_with_a_retried_task(tmp_path, spark_clus
     marker = str(tmp_path / "failed-once")
     prefix = str(tmp_path / "out")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    before = spark_cluster.applications()
     job = subprocess.run(
         [
             sys.executable,
@@ -44,6 +45,8 @@ def test_pipeline_on_standalone_cluster_with_a_retried_task(tmp_path, spark_clus
         timeout=400,
     )
     assert job.returncode == 0, job.stderr[-4000:] + spark_cluster.logs()
+    # On the cluster: local mode (local[*,4] retries too) would pass the rest.
+    assert len(spark_cluster.applications() - before) == 1
     # The injected failure happened, and Spark retried the task.
     assert os.path.exists(marker)
     expected_prefix = str(tmp_path / "expected")

@@ -106,10 +106,13 @@ def run_cli(output: pathlib.Path, *extra: str) -> dict:
 
 def test_cli_on_a_standalone_cluster_matches_the_direct_runner(tmp_path, spark_cluster):
     direct = run_cli(tmp_path / "direct")
+    before = spark_cluster.applications()
     on_cluster = run_cli(
         tmp_path / "cluster",
         "--runner=SparkRunner",
         f"--spark_master_url={spark_cluster.master_url}",
     )
+    # On the cluster: local mode would give the same outputs.
+    assert len(spark_cluster.applications() - before) == 1
     assert direct[WINDOW_COUNTS]
     assert on_cluster == direct

@@ -252,6 +252,12 @@ class _Attempt:
     """One bundle of `ModelCalculator` outside a runner, with its own state.
 
     Fresh state stands for a run (or a retry) whose state holds nothing yet.
+    In-memory state cells stand in for a runner's here, against the real
+    Bigtable emulator, because what is tested is an interleaving no runner
+    can be made to produce on demand: a zombie attempt's bundle resuming
+    after a newer attempt of the same query has acquired the model, or a
+    retried bundle meeting its own earlier acquisition. The DoFn's methods
+    run as a runner calls them, and the store's fencing is the real one.
     """
 
     def __init__(self, store: ModelStoreConfig):
