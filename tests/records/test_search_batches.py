@@ -96,6 +96,19 @@ def _files(folder) -> None:
         ),
         folder / "seconds.parquet",
     )
+    # Unsigned values past int64's range, each in a row group with a good row.
+    big = 2**64 - 1
+    pq.write_table(
+        pa.table(
+            {
+                "query": ["w"] * 4,
+                "event_time": pa.array([T, T, big, T], pa.uint64()),
+                "count": pa.array([1, big, 2, 3], pa.uint64()),
+            }
+        ),
+        folder / "unsigned.parquet",
+        row_group_size=2,
+    )
     # Types only the per-row parser handles: text times, float counts.
     pq.write_table(
         pa.table(
@@ -206,6 +219,22 @@ def test_clean_batches_are_cleared_without_the_per_row_path():
         {"query": "a", "event_time": T, "count": 1, "record_id": "x"},
         {"query": "b", "event_time": T + 1, "count": None, "record_id": None},
         {"query": "  c  ", "event_time": T + 2, "count": 0, "record_id": None},
+    ]
+
+
+def test_unsigned_values_past_int64_are_suspects_not_a_failed_batch():
+    big = 2**64 - 1
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "query": ["a", "b", "c"],
+            "event_time": pa.array([T, big, T], pa.uint64()),
+            "count": pa.array([big, 2, 3], pa.uint64()),
+        }
+    )
+    screened = screen(batch)
+    assert screened.suspects.tolist() == [0, 1]
+    assert screened.searches.to_pylist() == [
+        {"query": "c", "event_time": T, "count": 3, "record_id": None}
     ]
 
 

@@ -145,6 +145,13 @@ def _optional_column(batch: pa.RecordBatch, name: str) -> pa.Array:
 
 
 def _between(values: pa.Array, low: int, high: int) -> pa.Array:
+    if pa.types.is_unsigned_integer(values.type):
+        # Against a Python int bound pyarrow casts the column to int64, and
+        # one value past int64's range would fail the whole batch (and the
+        # row group): compare in uint64, where every unsigned value fits.
+        values = values.cast(pa.uint64())
+        low = pa.scalar(max(low, 0), pa.uint64())
+        high = pa.scalar(high, pa.uint64())
     return pc.and_(pc.greater_equal(values, low), pc.less_equal(values, high))
 
 
@@ -172,7 +179,8 @@ def _event_millis(column: pa.Array) -> tuple[pa.Array, pa.Array]:
     ok = _between(millis, MIN_EVENT_TIME_MS, MAX_EVENT_TIME_MS)
     if exact is not None:
         ok = pc.and_(ok, exact)
-    return pc.if_else(ok, millis, 0), ok
+    # A 0 of the column's own type, for the reason `_between` gives.
+    return pc.if_else(ok, millis, pa.scalar(0, millis.type)), ok
 
 
 def _counts(column: pa.Array) -> tuple[pa.Array, pa.Array]:
