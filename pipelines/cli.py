@@ -183,12 +183,13 @@ def require_matches(flag: str, patterns: Sequence[str]) -> None:
 
 
 def _matched(flag: str, pattern: str) -> list[str]:
-    """The paths of the files `pattern` matches now."""
+    """The paths of the files `pattern` matches now, sorted (a listing's
+    order is the filesystem's, and an error naming two should not vary)."""
     try:
         found = FileSystems.match([pattern])[0].metadata_list
     except BeamIOError as error:
         raise UsageError(f"{flag} {pattern!r}: {error}") from None
-    return [metadata.path for metadata in found]
+    return sorted(metadata.path for metadata in found)
 
 
 def _refuse_overlaps(
@@ -203,16 +204,30 @@ def _refuse_overlaps(
             raise UsageError(
                 f"{flag} {pattern!r} is given twice: its files would be read twice"
             )
-    matched_by: dict[str, str] = {}
+    # By the file each path leads to: "d/./a.jsonl", "d//a.jsonl" and a
+    # symbolic link to "d/a.jsonl" all read that one file.
+    matched_by: dict[str, tuple[str, str]] = {}
     for pattern in patterns:
         for path in matched[pattern]:
-            first = matched_by.setdefault(path, pattern)
+            first, first_path = matched_by.setdefault(_real_path(path), (pattern, path))
             if first != pattern:
                 raise UsageError(
                     f"{flag} {first!r} and {pattern!r} both match {path!r}: "
                     "its records would be read twice; give patterns that "
                     "match apart"
                 )
+            if first_path != path:
+                raise UsageError(
+                    f"{flag} {pattern!r} matches {first_path!r} and {path!r}, "
+                    "one file: its records would be read twice; give a "
+                    "pattern that matches it once"
+                )
+
+
+def _real_path(path: str) -> str:
+    """The file a local `path` leads to, links and "." resolved; any other
+    filesystem's path as it is (an object store has no links)."""
+    return path if "://" in path else os.path.realpath(path)
 
 
 def refuse_unused(args: argparse.Namespace, flags: Sequence[str], why: str) -> None:

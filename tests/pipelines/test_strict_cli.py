@@ -533,6 +533,32 @@ def test_patterns_that_match_one_file_are_refused(tmp_path):
     assert int(apart.stdout.split("records read")[1].split()[0]) == 2
 
 
+def test_paths_that_lead_to_one_file_are_refused(tmp_path):
+    # Before, the patterns were compared as strings: each of these read the
+    # one-line file twice ("records read 2").
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"query": "q", "event_time": 1767571200000}\n')
+    (folder / "link.jsonl").symlink_to("a.jsonl")
+    out = ("--output", str(tmp_path / "out"))
+    for other in (f"{folder}/./a.jsonl", f"{folder}//a.jsonl"):
+        done = run_cli(
+            "pipelines.zeitgeist",
+            "--input",
+            f"{folder}/a.jsonl",
+            "--input",
+            other,
+            *out,
+        )
+        assert_usage_error(done, f"both match {other!r}", "read twice")
+    glob = run_cli("pipelines.zeitgeist", "--input", f"{folder}/*.jsonl", *out)
+    assert_usage_error(
+        glob,
+        f"--input '{folder}/*.jsonl' matches '{folder}/a.jsonl' and "
+        f"'{folder}/link.jsonl', one file",
+    )
+
+
 def test_generator_flags_are_refused_where_no_generator_reads_them(tmp_path):
     # Before, they were ignored: a run over files, or a batch run, went on
     # as if they had not been given.
