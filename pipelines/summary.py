@@ -51,8 +51,15 @@ def followed_files_rows(totals: dict[str, int]) -> list[tuple[str, int]]:
     ]
 
 
+# What the inputs held that was not read, each shown when it happened: the
+# rows of unreadable Parquet row groups (a dead letter a group, so under the
+# dead letters) and the directories a pattern matched (`unlisted_matches`).
+_UNREAD_ROWS = (
+    ("  rows of unreadable row groups", "millwheel.records/rows_unreadable"),
+    ("directories matched, not read", "millwheel.records/directories_skipped"),
+)
+
+
 def unreadable_rows(totals: dict[str, int]) -> list[tuple[str, int]]:
-    """The summary's row on the rows of unreadable Parquet row groups, each
-    group one dead letter; none when every group was read."""
-    rows = totals.get("millwheel.records/rows_unreadable", 0)
-    return [("  rows of unreadable row groups", rows)] if rows else []
+    """The summary's rows on what the inputs held that was not read."""
+    return [(label, totals[name]) for label, name in _UNREAD_ROWS if totals.get(name)]

@@ -260,3 +260,38 @@ def test_an_unreadable_row_group_is_one_letter_naming_its_rows(tmp_path, columna
     metric = MetricsFilter().with_name("rows_unreadable")
     [unreadable] = result.metrics().query(metric)["counters"]
     assert unreadable.committed == 1_000
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+@pytest.mark.parametrize("columnar", [False, True], ids=["per_record", "columnar"])
+def test_what_a_glob_matches_but_cannot_read_is_counted(tmp_path, columnar, suffix):
+    # Before, Beam's match left out both without a word: the dangling link
+    # was no dead letter and the directory no count.
+    good = tmp_path / f"good{suffix}"
+    table = pa.table({"query": ["a"], "event_time": [T]})
+    if suffix == ".parquet":
+        pq.write_table(table, good)
+    elif suffix == ".csv":
+        good.write_text(f"query,event_time\na,{T}\n")
+    else:
+        good.write_text(json.dumps({"query": "a", "event_time": T}) + "\n")
+    dangling = tmp_path / f"dangling{suffix}"
+    dangling.symlink_to(tmp_path / "gone")
+    (tmp_path / f"sub{suffix}").mkdir()
+    read = ReadSearchBatches if columnar else ReadSearchQueries
+    pipeline = test_pipeline.TestPipeline()
+    out = pipeline | read(str(tmp_path / f"*{suffix}"))
+    assert_that(
+        out[DEAD_LETTERS] | beam.Map(lambda d: (d.source, "No such file" in d.reason)),
+        equal_to([(str(dangling), True)]),
+        label="OneLetter",
+    )
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = {
+        c.key.metric.name: c.committed
+        for c in result.metrics().query(MetricsFilter())["counters"]
+    }
+    assert counters["records_read"] == 1
+    assert counters["dead_letter_unreadable_file"] == 1
+    assert counters["directories_skipped"] == 1

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
+import re
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from json.encoder import encode_basestring
@@ -42,7 +44,7 @@ from typing import Any, BinaryIO, ClassVar
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io import fileio
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata, FileSystem
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
@@ -244,13 +246,50 @@ class MatchedFiles(beam.PTransform):
         self._file_pattern = file_pattern
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        return (
+        matched = pbegin | "Match" >> fileio.MatchFiles(self._file_pattern)
+        unlisted = (
             pbegin
-            | "Match" >> fileio.MatchFiles(self._file_pattern)
+            | "Pattern" >> beam.Create([self._file_pattern])
+            | "Unlisted" >> beam.FlatMap(unlisted_matches)
+        )
+        return (
+            (matched, unlisted)
+            | "AllMatches" >> beam.Flatten()
             # Spread files over workers rather than fusing all behind one match.
             | "SpreadFiles" >> beam.Reshuffle()
             | "Open" >> fileio.ReadMatches()
         )
+
+
+def unlisted_matches(file_pattern: str) -> list[FileMetadata]:
+    """What a local glob matches that Beam's match leaves out without a
+    word, as it lists only what it can size as a file.
+
+    An entry that cannot be sized (a dangling symbolic link) is returned, to
+    be read as any matched file is, so that it becomes an `unreadable_file`
+    dead letter with the reason. A directory is not: it holds no records of
+    its own, and reading its files is not what a pattern of files asks for
+    (give `DIR/*` for them), but a user whose pattern matches one (a Spark
+    output directory `part.jsonl/`, say) may have expected its records, so
+    it is counted in `directories_skipped`, which the summary shows.
+    """
+    if "://" in file_pattern or not any(c in file_pattern for c in "*?["):
+        return []  # an object store has neither; a plain path matches itself
+    # Where Beam's match lists: the directory of the part before any glob.
+    root = os.path.dirname(re.match(r"[^[*?]*", file_pattern).group(0))
+    matches = re.compile(FileSystem.translate_pattern(file_pattern)).match
+    # "**" reaches into the directories it matches, whose files are read.
+    counts_directories = "**" not in file_pattern
+    unsized = []
+    for folder, directories, files in os.walk(root):
+        for name in directories:
+            if counts_directories and matches(os.path.join(folder, name)):
+                counter("directories_skipped").inc()
+        paths = (os.path.join(folder, name) for name in files)
+        unsized += [
+            FileMetadata(p, 0) for p in paths if matches(p) and not os.path.exists(p)
+        ]
+    return unsized
 
 
 class MatchedParquetParts(MatchedFiles):
