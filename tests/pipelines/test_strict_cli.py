@@ -533,6 +533,19 @@ def test_patterns_that_match_one_file_are_refused(tmp_path):
     assert int(apart.stdout.split("records read")[1].split()[0]) == 2
 
 
+def test_a_window_too_large_for_beam_timestamps_is_refused(tmp_path):
+    # Before, the job ran and failed in the window counter with a traceback
+    # ("OverflowError: Python int too large to convert to C long").
+    log = tmp_path / "searches.jsonl"
+    log.write_text('{"query": "q", "event_time": 1767571200000}\n')
+    done = run_cli(
+        "pipelines.zeitgeist",
+        *("--input", str(log), "--output", str(tmp_path / "out")),
+        *("--window_seconds", "10000000000000"),
+    )
+    assert_usage_error(done, "window size must be at most", "Beam's latest timestamp")
+
+
 def test_paths_that_lead_to_one_file_are_refused(tmp_path):
     # Before, the patterns were compared as strings: each of these read the
     # one-line file twice ("records read 2").

@@ -30,6 +30,17 @@ WINDOW = WindowParams(size_ms=MINUTE)
     [
         (lambda: WindowParams(size_ms=60_000.0), TypeError, "window.size_ms"),
         (lambda: WindowParams(late_data=5), TypeError, "window.late_data"),
+        # Before, accepted, then an OverflowError in the counter's worker.
+        (
+            lambda: WindowParams(size_ms=10**18),
+            ValueError,
+            "window size must be at most 709174577358059 ms with 12 windows",
+        ),
+        (
+            lambda: WindowParams(size_ms=10**13, activity_horizon_windows=10**6),
+            ValueError,
+            "at most 9219260286 ms with 1000000 windows",
+        ),
         (
             lambda: DetectorParams(slack_sigma=math.nan),
             TypeError,

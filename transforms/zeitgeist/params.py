@@ -8,11 +8,18 @@ mirrors these names section by section.
 import dataclasses
 import uuid
 
+from apache_beam.transforms.window import GlobalWindow
+
 from transforms.millwheel.lateness import LateDataPolicy
 from transforms.millwheel.typed_params import check_field_types
+from transforms.records.parse import MAX_EVENT_TIME, MAX_EVENT_TIME_MS
 
 MINUTE_MS = 60_000
 DAY_MS = 24 * 60 * MINUTE_MS
+# The latest instant a window may end at: Beam keeps timestamps in int64
+# microseconds, and the counter's timers and outputs are stamped with
+# window ends (a later one fails in a worker with an OverflowError).
+LAST_WINDOW_END_MS = GlobalWindow().max_timestamp().micros // 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +43,23 @@ class WindowParams:
             raise ValueError(f"window size must be positive, got {self.size_ms} ms")
         if self.activity_horizon_windows < 0:
             raise ValueError("activity_horizon_windows must be >= 0")
+        self._check_windows_end_in_time()
+
+    def _check_windows_end_in_time(self) -> None:
+        """The window of a search at the latest event time accepted, and the
+        windows of its activity horizon after it, must end by
+        `LAST_WINDOW_END_MS`."""
+        windows = self.activity_horizon_windows + 1
+        largest = (LAST_WINDOW_END_MS - MAX_EVENT_TIME_MS) // windows
+        if self.size_ms > largest:
+            raise ValueError(
+                f"window size must be at most {largest} ms with "
+                f"{self.activity_horizon_windows} windows of activity horizon, "
+                f"got {self.size_ms} ms: the window of a search at "
+                f"{MAX_EVENT_TIME:%Y-%m-%d}, the latest event time accepted, "
+                "and the horizon's windows after it must end by Beam's latest "
+                f"timestamp ({LAST_WINDOW_END_MS} ms, int64 microseconds)"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
