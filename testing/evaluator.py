@@ -181,6 +181,11 @@ def false_alarms_per_query_week(
     Every detection is false on quiet traffic; consecutive windows of one
     query and kind count as one alarm, as in `evaluate`.
     """
+    if num_queries < 1 or duration_ms <= 0:
+        raise ValueError(
+            "false alarms per query-week need queries and time: num_queries "
+            f"and duration_ms must be positive, got {num_queries} and {duration_ms}"
+        )
     alarms = _merge_runs(sorted(_detections(anomalies)), window_ms)
     return len(alarms) / (num_queries * duration_ms / WEEK_MS)
 

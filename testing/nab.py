@@ -14,6 +14,11 @@ labelled anomaly windows as inclusive row ranges `[a, b]`:
   `i` (`-A_fp` before any window has ended);
 - `sigma(y) = 2 / (1 + exp(5 y)) - 1`, taken as -1 past `y = 3` as NAB does.
 
+NAB's windows are never one row wide; here a one-row window `[b', b']`
+makes `w' - 1` zero, and every row after it is taken as infinitely far past
+it (the limit as the width shrinks to one row): `sigma` is -1 there, so each
+detection after it costs the full `A_fp`.
+
 `normalised` turns a set of raw scores into NAB's 0-100 scale. The sweep
 (`best_threshold`) finds the one threshold that maximises the summed raw
 score of many files, exactly: the score only changes at the files' own
@@ -51,6 +56,14 @@ class LabelledFile:
     windows: Sequence[tuple[int, int]]
 
     def __post_init__(self) -> None:
+        # A NaN is no detection at any threshold, but it cannot be sorted
+        # among the scores the sweep steps through.
+        nans = [i for i, score in enumerate(self.scores) if math.isnan(score)]
+        if nans:
+            raise ValueError(
+                f"{self.name}: scores must be numbers, got NaN at row {nans[0]} "
+                f"({len(nans)} NaN in all)"
+            )
         last = -1
         for start, end in self.windows:
             if not last < start <= end < len(self.scores):
@@ -102,10 +115,18 @@ def row_weights(labelled: LabelledFile, profile: Profile = STANDARD) -> list[flo
         elif last_end is None:
             weights[i] = -profile.a_fp
         else:
-            weights[i] = profile.a_fp * sigma((i - last_end) / (last_width - 1))
+            weights[i] = profile.a_fp * sigma(_past(i, last_end, last_width))
     for i in range(min(labelled.probation, n)):
         weights[i] = 0.0
     return weights
+
+
+def _past(i: int, last_end: int, last_width: int) -> float:
+    """How far row `i` is past the window of `last_width` rows ending at
+    `last_end`, in NAB's units (infinitely far after a one-row window)."""
+    if last_width == 1:
+        return math.inf
+    return (i - last_end) / (last_width - 1)
 
 
 def raw_score(
@@ -142,6 +163,12 @@ def raw_score_of_detections(
 
 def normalised(raw_total: float, windows: int, profile: Profile = STANDARD) -> float:
     """NAB's 0-100 scale: 0 for a detector that never fires, 100 for perfect."""
+    if windows < 1:
+        # Then a perfect detector and one that never fires both score 0.
+        raise ValueError(
+            f"normalised needs at least one scored window, got {windows}: "
+            "without one the scale has no 0 or 100"
+        )
     perfect = profile.a_tp * windows
     null = -profile.a_fn * windows
     return 100.0 * (raw_total - null) / (perfect - null)

@@ -55,6 +55,14 @@ def test_false_positives_cost_by_distance_from_the_last_window():
     assert raw_score(twenty_rows(scores), 0.5) == pytest.approx(expected)
 
 
+def test_after_a_one_row_window_a_false_positive_costs_the_full_a_fp():
+    # Before, a ZeroDivisionError: NAB's y = (i - b') / (w' - 1) with w' = 1.
+    # Every row past a one-row window is infinitely far past it: sigma -1.
+    file = LabelledFile("f.csv", [0.0] * 8 + [0.9, 0.0, 0.9] + [0.0] * 9, [(8, 8)])
+    assert raw_score(file, 0.5) == pytest.approx(1.0 - 0.11)
+    assert best_threshold([file]) == (0.9, pytest.approx(1.0 - 0.11))
+
+
 def test_detections_given_as_rows_score_as_scores_over_a_threshold():
     file = twenty_rows({5: 0.9, 9: 0.9, 13: 0.9})
     assert raw_score_of_detections(file, [5, 9, 13]) == raw_score(file, 0.5)
@@ -78,6 +86,21 @@ def test_sweep_finds_the_best_threshold_of_all_files_together():
 def test_normalised_score_is_zero_for_silence_and_100_for_perfect():
     assert normalised(-5.0, 5) == 0.0
     assert normalised(5.0, 5) == 100.0
+
+
+def test_normalising_over_no_window_is_refused():
+    # Before, a ZeroDivisionError: with no window, perfect and silent are 0.
+    with pytest.raises(ValueError, match="at least one scored window, got 0"):
+        normalised(0.0, 0)
+
+
+def test_nan_scores_are_refused():
+    # Before, the sweep returned (nan, 1.0), a perfect score at a threshold
+    # at which nothing fires.
+    scores = [0.0] * 20
+    scores[9] = math.nan
+    with pytest.raises(ValueError, match="f.csv: scores must be numbers.* row 9"):
+        LabelledFile("f.csv", scores, [(8, 11)])
 
 
 def test_windows_must_be_sorted_disjoint_and_inside_the_file():

@@ -150,6 +150,15 @@ def test_false_alarms_per_query_week():
     assert rate == pytest.approx(0.5)
 
 
+@pytest.mark.parametrize("num_queries, duration_ms", [(0, 10**9), (4, 0)])
+def test_false_alarms_per_query_week_of_no_queries_or_time_is_refused(
+    num_queries, duration_ms
+):
+    # Before, a ZeroDivisionError.
+    with pytest.raises(ValueError, match="num_queries and duration_ms must be"):
+        false_alarms_per_query_week([], num_queries, duration_ms, window_ms=W)
+
+
 def test_format_shows_one_row_per_kind_and_overall():
     text = evaluate(ANOMALIES, EPISODES, window_ms=W).format()
     lines = text.splitlines()
