@@ -13,7 +13,11 @@ Layout under ``--checkpoint_dir``::
     state/<stage>/kg-<G>.sqlite
                         keyed state and timers (``durable_store.py``)
     side_inputs/<N>.pickle
-                        side-input elements produced in batch N
+                        side-input elements produced in batch N that no
+                        trigger fired (``side_contents.py``)
+    side_firings/<N>.pickle
+                        the latest firing of each window of the side inputs
+                        as of batch N (the newest file only is kept)
 
 Batch N's state is visible to the job only once ``commits/N`` exists: on
 restart a batch with offsets but no commit is replayed with the same offsets,
@@ -38,14 +42,17 @@ from typing import Any
 from transforms.records.durable_files import sync_directory, sync_file
 
 _LOGGER = logging.getLogger(__name__)
-_BATCH_FILE = re.compile(r"^(\d+)\.json$")
+_BATCH_FILE = re.compile(r"^(\d+)\.(?:json|pickle)$")
 # Where a write's temporary file (".<name>.<random>") can be left.
 _UNFINISHED_WRITES = (
     (".", ".job.json.*"),
     ("offsets", ".*.json.*"),
     ("commits", ".*.json.*"),
     ("side_inputs", ".*.pickle.*"),
+    ("side_firings", ".*.pickle.*"),
 )
+# Where a batch stores its side inputs, before its commit.
+_SIDE_FOLDERS = ("side_inputs", "side_firings")
 
 
 class CheckpointMismatch(ValueError):
@@ -102,6 +109,13 @@ def _read_record(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as error:
+        raise unreadable(path, error) from None
+
+
+def _read_pickle(path: Path) -> Any:
+    try:
+        return pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError) as error:
         raise unreadable(path, error) from None
 
 
@@ -242,46 +256,66 @@ class CheckpointDir:
         return last, _read_record(self.root / "commits" / f"{last}.json")
 
     def write_side_inputs(self, batch: int, produced: dict[str, list[bytes]]) -> None:
-        """Stores the side-input elements batch ``batch`` produced (before
-        its commit): later batches read them, across restarts too."""
+        """Stores the side-input elements batch ``batch`` produced that no
+        trigger fired (before its commit): later batches read them, across
+        restarts too."""
         path = self.root / "side_inputs" / f"{batch}.pickle"
         _write_atomically(path, pickle.dumps(produced))
 
-    def read_side_inputs(self, through: int) -> dict[str, list[bytes]]:
-        """Side-input elements of every batch up to ``through``, in order
-        (a replayed batch's earlier attempt may have left a newer file)."""
-        folder = self.root / "side_inputs"
-        contents: dict[str, list[bytes]] = {}
-        if not folder.exists():
-            return contents
-        batches = sorted(
-            int(name.split(".")[0])
-            for name in os.listdir(folder)
-            if name.endswith(".pickle") and not name.startswith(".")
-        )
-        for batch in (b for b in batches if b <= through):
-            path = folder / f"{batch}.pickle"
-            try:
-                produced = pickle.loads(path.read_bytes())
-            except (OSError, pickle.UnpicklingError, EOFError) as error:
-                raise unreadable(path, error) from None
-            for pc, chunks in produced.items():
-                contents.setdefault(pc, []).extend(chunks)
-        return contents
+    def read_side_inputs(self, through: int) -> list[dict[str, list[bytes]]]:
+        """Side-input elements of every batch up to ``through`` that stored
+        some, batch by batch."""
+        return [
+            _read_pickle(self.root / "side_inputs" / f"{batch}.pickle")
+            for batch in self._batches("side_inputs")
+            if batch <= through
+        ]
+
+    def write_side_firings(self, batch: int, firings: dict) -> None:
+        """Stores the side inputs' latest firings as of batch ``batch``
+        (before its commit). They replace those of earlier batches, which
+        `prune` deletes once the batch is committed."""
+        path = self.root / "side_firings" / f"{batch}.pickle"
+        _write_atomically(path, pickle.dumps(firings))
+
+    def read_side_firings(self, through: int) -> dict | None:
+        """The side inputs' latest firings as of batch ``through``, or None
+        if no batch up to it stored any."""
+        stored = [b for b in self._batches("side_firings") if b <= through]
+        if not stored:
+            return None
+        return _read_pickle(self.root / "side_firings" / f"{stored[-1]}.pickle")
+
+    def drop_uncommitted_side_inputs(self, committed: int | None) -> None:
+        """Deletes the side-input files of batches after ``committed`` (all
+        of them if None): an attempt that crashed before its commit left
+        them, and its replay, reading as much or less (a clock-driven
+        source), may not write them again, so a later restart would read
+        what no committed batch produced."""
+        for folder in _SIDE_FOLDERS:
+            for batch in self._batches(folder):
+                if committed is None or batch > committed:
+                    (self.root / folder / f"{batch}.pickle").unlink(missing_ok=True)
 
     def state_dir(self, stage_key: str) -> Path:
         """Where the key-group files of one stateful stage live."""
         return self.root / "state" / stage_key
 
     def prune(self, keep_from: int) -> None:
-        """Deletes offset and commit records of batches before ``keep_from``:
-        a restart only ever reads the last commit and the batch after it."""
+        """Deletes offset and commit records of batches before ``keep_from``,
+        and the side inputs' firings older than the newest up to it: a
+        restart only ever reads the last commit, the batch after it and the
+        firings as of the last commit."""
         for log in ("offsets", "commits"):
             for batch in self._batches(log):
                 if batch < keep_from:
                     (self.root / log / f"{batch}.json").unlink(missing_ok=True)
+        firings = [b for b in self._batches("side_firings") if b <= keep_from]
+        for batch in firings[:-1]:
+            (self.root / "side_firings" / f"{batch}.pickle").unlink(missing_ok=True)
 
     def _batches(self, log: str) -> list[int]:
+        """The batches ``log`` (a folder) holds a file of, in order."""
         folder = self.root / log
         if not folder.exists():
             return []

@@ -46,6 +46,7 @@ from runners.spark.metrics import MetricsSnapshot
 from runners.spark.micro_batch import BatchSpec, MicroBatchTranslator, stage_key
 from runners.spark.micro_batch_task import Deferred, PushedBack, SideChunk
 from runners.spark.progress import BatchProgress
+from runners.spark.side_contents import SideContents
 from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
 from runners.spark.watermark import MAX_MICROS, MIN_MICROS, event_horizon
 from runners.spark.watermark_manager import WatermarkManager, Watermarks
@@ -95,8 +96,8 @@ class StreamingJob:
         self._settings = settings
         # The optimised pipeline before and while draining (drain_plan.py).
         self._plans = {False: plan, True: drain_plan}
-        # Side-input PCollections' elements from every committed batch.
-        self._side_contents: dict[str, list[bytes]] = {}
+        # What side inputs hold after the committed batches.
+        self._side_contents = SideContents()
         # Held until `run` returns: released on any refusal before that.
         self.checkpoint.claim()
         try:
@@ -135,7 +136,7 @@ class StreamingJob:
                 "key_groups": self._settings.key_groups,
             }
         )
-        translator.set_side_contents(self._side_contents)
+        translator.set_side_contents(self._side_contents.chunks())
         self._translator = translator
         primitives = translator.primitives
         self._watermarks = WatermarkManager(primitives)
@@ -260,13 +261,19 @@ class StreamingJob:
     def _restore(self) -> int | None:
         """Resumes from the newest committed batch, if any; returns it."""
         last = self.checkpoint.last_commit()
+        self.checkpoint.drop_uncommitted_side_inputs(last[0] if last else None)
         if last is None:
             return None
         batch, record = last
         self.position = JobPosition.from_record(record)
         self._check_state_files()
-        self._side_contents = self.checkpoint.read_side_inputs(batch)
         self._use_plan(draining=self.position.draining)
+        self._side_contents = SideContents.restored(
+            self.checkpoint.read_side_inputs(batch),
+            self.checkpoint.read_side_firings(batch),
+            self._translator.windowed_coder,
+        )
+        self._translator.set_side_contents(self._side_contents.chunks())
         _LOGGER.info(
             "SparkRunner streaming: resuming after committed batch %d from %s",
             batch,
@@ -309,11 +316,7 @@ class StreamingJob:
         )
         produced = self._fold(spec, records, metrics)
         if produced:
-            # Before the commit: a committed batch's side inputs must survive.
-            self.checkpoint.write_side_inputs(spec.batch, produced)
-            for pc, chunks in produced.items():
-                self._side_contents.setdefault(pc, []).extend(chunks)
-            self._translator.set_side_contents(self._side_contents)
+            self._keep_side_inputs(spec.batch, produced)
         self.checkpoint.write_commit(spec.batch, self.position.to_record())
         self.checkpoint.prune(spec.batch)
         shutil.rmtree(spec.reports_dir, ignore_errors=True)
@@ -335,6 +338,19 @@ class StreamingJob:
             oldest_timer,
         )
         self._progress.committed(spec.batch, seconds, watermark, oldest_timer)
+
+    def _keep_side_inputs(self, batch: int, produced: dict[str, list[bytes]]) -> None:
+        """Adds a batch's side-input elements to what the next batches read,
+        and stores them before the batch's commit: a committed batch's side
+        inputs must survive a restart."""
+        unfired, fired = self._side_contents.fold(
+            produced, self._translator.windowed_coder
+        )
+        if unfired:
+            self.checkpoint.write_side_inputs(batch, unfired)
+        if fired:
+            self.checkpoint.write_side_firings(batch, self._side_contents.firings())
+        self._translator.set_side_contents(self._side_contents.chunks())
 
     # -- planning ------------------------------------------------------------
 

@@ -116,6 +116,10 @@ class RddTranslator:
         self.stages = 0
         self.stages_on_driver = 0
 
+    def windowed_coder(self, pcoll: str) -> Any:
+        """The windowed-value coder of ``pcoll``'s elements."""
+        return self._context.coders[self._windowed[pcoll]]
+
     def _primitives(self) -> list[beam_runner_api_pb2.PTransform]:
         transforms = self._components.transforms
         found = []
@@ -395,10 +399,11 @@ class RddTranslator:
     def _side_input_entries(self, plan: StagePlan) -> list[tuple[bytes, bytes]]:
         entries = []
         for side in plan.side_inputs:
-            coder = self._context.coders[self._windowed[side.pcollection]]
             entries.extend(
                 side_inputs.state_entries(
-                    side, coder, self._on_driver[side.pcollection]
+                    side,
+                    self.windowed_coder(side.pcollection),
+                    self._on_driver[side.pcollection],
                 )
             )
         return entries

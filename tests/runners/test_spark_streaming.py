@@ -6,6 +6,7 @@ foreign checkpoint, and a temporary one."""
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import pathlib
 import tempfile
@@ -758,3 +759,108 @@ def test_a_triggered_side_input_serves_a_window_from_its_first_pane(tmp_path):
     counts = [int(n) for n in seen.read_text().split()]
     assert len(counts) >= 3
     assert min(counts) >= 1
+
+
+def _seen_with_latest_side(events, mode):
+    """Each main element of ``events`` with what two views of the side
+    elements show: the latest one (``Latest`` of each firing, a singleton)
+    and the firing's elements (a list), the global window fired by a
+    processing-time trigger of its own in accumulation ``mode``."""
+    side = events["side"] | "Fired" >> beam.WindowInto(
+        GlobalWindows(),
+        trigger=trigger.Repeatedly(trigger.AfterProcessingTime(1)),
+        accumulation_mode=mode,
+    )
+    latest = side | beam.combiners.Latest.Globally().without_defaults()
+    pane = (
+        side
+        | beam.WithKeys(0)
+        | beam.GroupByKey()
+        | "Values" >> beam.FlatMap(lambda kv: kv[1])
+    )
+    return events["main"] | "Seen" >> beam.Map(
+        lambda x, latest, pane: (x, latest, sorted(pane)),
+        latest=beam.pvalue.AsSingleton(latest),
+        pane=beam.pvalue.AsList(pane),
+    )
+
+
+@pytest.mark.parametrize(
+    "mode, listed",
+    [
+        (trigger.AccumulationMode.DISCARDING, ["v2", "v3"]),
+        (trigger.AccumulationMode.ACCUMULATING, ["v1", "v2", "v3"]),
+    ],
+)
+def test_a_side_input_fired_again_and_again_shows_its_latest_pane(
+    tmp_path, mode, listed
+):
+    # Beam's slowly-updating side input: the global window, fired by a
+    # processing-time trigger of its own. Beam serves the latest firing of
+    # a window; every firing's elements were kept before, so AsSingleton
+    # failed at the second pane and AsList grew with each.
+    stream = (
+        TestStream()
+        .add_elements([TimestampedValue("v1", 1)], tag="side")
+        .advance_processing_time(2)  # pane 0: v1
+        .add_elements(["a"], tag="main")
+        .add_elements(
+            [TimestampedValue("v2", 2), TimestampedValue("v3", 3)], tag="side"
+        )
+        .advance_processing_time(2)  # pane 1: v2 and v3 (and v1 if accumulating)
+        .add_elements(["b"], tag="main")
+        .advance_watermark_to_infinity(tag="main")
+        .advance_watermark_to_infinity(tag="side")
+    )
+    with _pipeline(tmp_path) as p:
+        seen = _seen_with_latest_side(p | stream, mode)
+        assert_that(seen, equal_to([("a", "v1", ["v1"]), ("b", "v3", listed)]))
+
+
+def test_a_restarted_job_reads_the_latest_pane_it_had_and_keeps_no_older(
+    tmp_path,
+):
+    seen = tmp_path / "seen.txt"
+
+    def script():
+        return (
+            TestStream()
+            .add_elements([TimestampedValue("v1", 1)], tag="side")
+            .advance_processing_time(2)  # pane 0: v1
+            .add_elements(["x"], tag="main")  # the job is stopped after this
+            .add_elements(["a"], tag="main")  # read from the restored pane
+            .add_elements(
+                [TimestampedValue("v2", 2), TimestampedValue("v3", 3)], tag="side"
+            )
+            .advance_processing_time(2)  # pane 1 replaces the restored one
+            .add_elements(["b"], tag="main")
+            .advance_watermark_to_infinity(tag="main")
+            .advance_watermark_to_infinity(tag="side")
+        )
+
+    def record(line):
+        _append_line(seen, json.dumps(line))
+        if line[0] == "x":
+            time.sleep(2)  # the cancel comes while its batch runs
+
+    def run():
+        pipeline = _pipeline(tmp_path)
+        events = pipeline | script()
+        discarding = trigger.AccumulationMode.DISCARDING
+        _ = _seen_with_latest_side(events, discarding) | beam.Map(record)
+        return pipeline.run()
+
+    first = run()
+    _wait_for_lines(seen, 1)
+    assert first.cancel() == PipelineState.CANCELLED
+    assert len(seen.read_text().splitlines()) == 1
+    assert run().wait_until_finish(duration=60_000) == PipelineState.DONE
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == [
+        ["x", "v1", ["v1"]],
+        ["a", "v1", ["v1"]],
+        ["b", "v3", ["v2", "v3"]],
+    ]
+    checkpoint = tmp_path / "checkpoint"
+    # Only the newest firings are kept; no element went unfired.
+    assert len(list((checkpoint / "side_firings").glob("*.pickle"))) == 1
+    assert not list((checkpoint / "side_inputs").glob("*.pickle"))

@@ -32,6 +32,15 @@ _UNORDERED_FANOUT = (
     "keep it (the values themselves are right)"
 )
 
+_EVERY_PANE = (
+    "expects the view of a side input fired twice in a window to hold both "
+    "panes, [100, 0], as Beam's Python runners keep every pane (Beam runs it "
+    "in batch only, BEAM-9499); in streaming Beam serves the latest firing, "
+    "the on-time pane [0], which is what this runner reads "
+    "(test_spark_streaming.py: "
+    "test_a_side_input_fired_again_and_again_shows_its_latest_pane)"
+)
+
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.slow,
@@ -55,6 +64,10 @@ class SparkLeaderBoardTest(leader_board_test.LeaderBoardTest):
 class SparkSideInputsTest(sideinputs_test.SideInputsTest):
     """Beam's side-input tests, triggered and windowed side inputs over
     TestStream included, on SparkRunner."""
+
+    @unittest.skip(_EVERY_PANE)
+    def test_multi_triggered_gbk_side_input(self):
+        pass
 
 
 class SparkTimestampCombinerTest(combiners_test.TimestampCombinerTest):

@@ -1,6 +1,7 @@
 """Fast unit tests of streaming's pieces that need no SparkContext: the
 key-group store and its undo log, the watermark manager, the checkpoint
-directory and the TestStream script."""
+directory, what side inputs hold from batch to batch and the TestStream
+script."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ import sys
 
 import apache_beam as beam
 import pytest
+from apache_beam import coders
 from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.transforms.window import IntervalWindow
+from apache_beam.utils.windowed_value import (
+    PANE_INFO_UNKNOWN,
+    PaneInfo,
+    PaneInfoTiming,
+    WindowedValue,
+)
 
 from runners.spark.checkpoint import (
     CheckpointDir,
@@ -20,7 +29,7 @@ from runners.spark.checkpoint import (
     CheckpointMismatch,
     CheckpointUnusable,
 )
-from runners.spark.components import add_windowed_coders
+from runners.spark.components import add_windowed_coders, decode_all, encode_chunks
 from runners.spark.durable_store import (
     EVENT_DOMAIN,
     PROCESSING_DOMAIN,
@@ -28,6 +37,7 @@ from runners.spark.durable_store import (
     StateAheadOfCheckpoint,
 )
 from runners.spark.micro_batch_task import EarlyWatermark, TaskSpec
+from runners.spark.side_contents import SideContents
 from runners.spark.streaming_state import KeyGroups
 from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
 from runners.spark.watermark import MAX_MICROS, MIN_MICROS
@@ -233,19 +243,23 @@ def test_a_damaged_checkpoint_record_is_refused_naming_it(tmp_path):
     checkpoint.write_offsets(3, {"n": 3})
     checkpoint.write_commit(3, {"n": 3})
     checkpoint.write_side_inputs(3, {"side": [b"x"]})
+    checkpoint.write_side_firings(3, {"side": {b"w": (frozenset([0]), [b"x"])}})
     for record in ("job.json", "offsets/3.json", "commits/3.json"):
         path = tmp_path / record
         path.write_text(path.read_text()[:-4])
-    side = tmp_path / "side_inputs" / "3.pickle"
-    side.write_bytes(side.read_bytes()[:-4])
+    for pickled in ("side_inputs/3.pickle", "side_firings/3.pickle"):
+        side = tmp_path / pickled
+        side.write_bytes(side.read_bytes()[:-4])
     with pytest.raises(CheckpointUnusable, match=f"{tmp_path / 'job.json'} cannot"):
         checkpoint.bind(job)
     with pytest.raises(CheckpointUnusable, match="offsets/3.json cannot be read"):
         checkpoint.read_offsets(3)
     with pytest.raises(CheckpointUnusable, match="commits/3.json cannot be read"):
         checkpoint.last_commit()
-    with pytest.raises(CheckpointUnusable, match="3.pickle cannot be read"):
+    with pytest.raises(CheckpointUnusable, match="inputs/3.pickle cannot be read"):
         checkpoint.read_side_inputs(3)
+    with pytest.raises(CheckpointUnusable, match="firings/3.pickle cannot be read"):
+        checkpoint.read_side_firings(3)
 
 
 def test_a_checkpoint_without_its_job_record_is_refused(tmp_path):
@@ -312,12 +326,14 @@ def test_claiming_a_checkpoint_removes_writes_a_killed_job_left_unfinished(
     written.write_offsets(3, {"batch": 3})
     written.write_commit(3, {"batch": 3})
     written.write_side_inputs(3, {"side": [b"x"]})
+    written.write_side_firings(3, {})
     # What a kill between a record's write and its rename leaves.
     leftovers = [
         tmp_path / ".job.json.k2x9",
         tmp_path / "offsets" / ".4.json.a1b2",
         tmp_path / "commits" / ".4.json.c3d4",
         tmp_path / "side_inputs" / ".4.pickle.e5f6",
+        tmp_path / "side_firings" / ".4.pickle.g7h8",
     ]
     for leftover in leftovers:
         leftover.write_text("half a record")
@@ -328,8 +344,95 @@ def test_claiming_a_checkpoint_removes_writes_a_killed_job_left_unfinished(
     assert [p for p in leftovers if p.exists()] == []
     assert resumed.last_commit() == (3, {"batch": 3})
     assert resumed.read_offsets(3) == {"batch": 3}
-    assert resumed.read_side_inputs(3) == {"side": [b"x"]}
+    assert resumed.read_side_inputs(3) == [{"side": [b"x"]}]
     resumed.bind({"keyed_stages": []})  # job.json kept: the same job binds
+
+
+def test_only_the_newest_committed_side_firings_are_kept(tmp_path):
+    checkpoint = CheckpointDir(tmp_path)
+    for batch in (1, 2, 3):
+        checkpoint.write_side_firings(batch, {"side": batch})
+    checkpoint.write_side_inputs(3, {"side": [b"x"]})
+    checkpoint.prune(2)  # batch 2 committed: 1 is superseded
+    assert sorted(p.name for p in (tmp_path / "side_firings").iterdir()) == [
+        "2.pickle",
+        "3.pickle",
+    ]
+    # Batch 3 never committed: a restart drops what its attempt wrote, which
+    # a replay may not write again.
+    checkpoint.drop_uncommitted_side_inputs(2)
+    assert checkpoint.read_side_firings(5) == {"side": 2}
+    assert checkpoint.read_side_inputs(5) == []
+    checkpoint.drop_uncommitted_side_inputs(None)  # nothing committed
+    assert checkpoint.read_side_firings(5) is None
+
+
+_SIDE_CODER = coders.WindowedValueCoder(
+    coders.StrUtf8Coder(), coders.coders.IntervalWindowCoder()
+)
+_WINDOWS = [IntervalWindow(0, 10), IntervalWindow(10, 20)]
+
+
+def _side_chunks(*elements: tuple[str, int, int | None]) -> list[bytes]:
+    """(value, window number, pane index or None for no firing) each."""
+    return list(
+        encode_chunks(
+            (
+                WindowedValue(
+                    value,
+                    _WINDOWS[window].start,
+                    (_WINDOWS[window],),
+                    PANE_INFO_UNKNOWN
+                    if pane is None
+                    else PaneInfo(pane == 0, False, PaneInfoTiming.EARLY, pane, -1),
+                )
+                for value, window, pane in elements
+            ),
+            _SIDE_CODER.get_impl(),
+        )
+    )
+
+
+def _side_values(contents: SideContents) -> dict[str, list]:
+    return {
+        pc: sorted(
+            (wv.value, _WINDOWS.index(wv.windows[0]))
+            for chunk in chunks
+            for wv in decode_all(chunk, _SIDE_CODER.get_impl())
+        )
+        for pc, chunks in contents.chunks().items()
+    }
+
+
+def test_side_contents_keep_unfired_elements_and_each_windows_latest_firing():
+    contents = SideContents()
+    coder_of = {"side": _SIDE_CODER}.__getitem__
+    unfired, fired = contents.fold(
+        {"side": _side_chunks(("u1", 0, None), ("a", 0, 0), ("p", 1, 0))}, coder_of
+    )
+    assert (len(unfired["side"]), fired) == (1, True)
+    # A newer pane of window 0 replaces its firing; window 1 keeps its own.
+    contents.fold({"side": _side_chunks(("u2", 0, None), ("b", 0, 1))}, coder_of)
+    # The same pane continued (emitted over two batches) joins it.
+    contents.fold({"side": _side_chunks(("c", 0, 1))}, coder_of)
+    assert _side_values(contents) == {
+        "side": [("b", 0), ("c", 0), ("p", 1), ("u1", 0), ("u2", 0)]
+    }
+    unfired, fired = contents.fold({"side": _side_chunks(("u3", 1, None))}, coder_of)
+    assert fired is False
+
+    # A checkpoint of before the firings were stored apart: its batches hold
+    # fired elements, folded in order to the latest firing.
+    old = SideContents.restored(
+        [{"side": _side_chunks(("a", 0, 0))}, {"side": _side_chunks(("b", 0, 1))}],
+        None,
+        coder_of,
+    )
+    assert _side_values(old) == {"side": [("b", 0)]}
+    restored = SideContents.restored(
+        [{"side": _side_chunks(("u1", 0, None))}], contents.firings(), coder_of
+    )
+    assert _side_values(restored) == {"side": [("b", 0), ("c", 0), ("p", 1), ("u1", 0)]}
 
 
 def test_checkpoint_of_an_earlier_layout_is_refused(tmp_path):
