@@ -54,10 +54,12 @@ class EarlierOutputsExist(ValueError):
     """A live run that does not resume would replace an earlier run's outputs."""
 
 
-def write_parts(flush_seconds: float, earlier: EarlierOutputs) -> WriteOutputs:
+def write_parts(
+    flush_seconds: float, earlier: EarlierOutputs = EarlierOutputs.REFUSE
+) -> WriteOutputs:
     """Streaming: every output as parts written while the job runs, through
     one keyed stage; `earlier` says what becomes of the outputs an earlier
-    run left under the same names."""
+    run left under the same names (by default, nothing: the job is refused)."""
 
     def write(outputs: dict[str, beam.PCollection]) -> None:
         settle_earlier_outputs(list(outputs), earlier)
