@@ -295,3 +295,33 @@ def test_what_a_glob_matches_but_cannot_read_is_counted(tmp_path, columnar, suff
     assert counters["records_read"] == 1
     assert counters["dead_letter_unreadable_file"] == 1
     assert counters["directories_skipped"] == 1
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+@pytest.mark.parametrize("columnar", [False, True], ids=["per_record", "columnar"])
+def test_a_field_given_twice_is_a_dead_letter_in_every_format(
+    tmp_path, columnar, suffix
+):
+    # A CSV header naming a column twice was refused, while a JSON object
+    # naming a key twice, and a Parquet file with two columns of one name,
+    # kept the last value without a word.
+    path = tmp_path / f"twice{suffix}"
+    if suffix == ".parquet":
+        columns = [pa.array(["a"]), pa.array([T]), pa.array(["b"])]
+        names = ["query", "event_time", "query"]
+        pq.write_table(pa.Table.from_arrays(columns, names), path)
+    elif suffix == ".csv":
+        path.write_text(f"query,event_time,query\na,{T},b\n")
+    else:
+        path.write_text(f'{{"query": "a", "event_time": {T}, "query": "b"}}\n')
+    read = ReadSearchBatches if columnar else ReadSearchQueries
+    with test_pipeline.TestPipeline() as pipeline:
+        out = pipeline | read(str(path))
+        assert_that(out[RECORDS], equal_to([]), label="NoRecord")
+        # CSV refuses the header, and so its row, which has no usable one.
+        named = [True, False] if suffix == ".csv" else [True]
+        assert_that(
+            out[DEAD_LETTERS] | beam.Map(lambda d: "'query'" in d.reason),
+            equal_to(named),
+            label="LettersNamingTheField",
+        )

@@ -9,6 +9,7 @@ for each of `CATEGORIES`.
 
 from __future__ import annotations
 
+import collections
 import json
 from collections.abc import Callable, Mapping
 from functools import cache
@@ -20,7 +21,7 @@ from google.protobuf.message import Message
 
 from transforms.records.dead_letter_pb2 import DeadLetter
 from transforms.records.lines import RAW_LIMIT_BYTES
-from transforms.records.parse import InvalidRecord
+from transforms.records.parse import InvalidRecord, RowWithRepeats
 
 RECORDS = "records"
 DEAD_LETTERS = "dead_letters"
@@ -112,10 +113,23 @@ def parse_row(parser: Parser, row: Mapping[str, Any]) -> Message:
         raise Rejected(INVALID_FIELD, e.reason) from None
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json keeps the last of a repeated key without a word; the parser
+    # decides whether it is a field it reads (`RowWithRepeats`).
+    row = dict(pairs)
+    if len(row) == len(pairs):
+        return row
+    counts = collections.Counter(key for key, _ in pairs)
+    return RowWithRepeats(row, frozenset(k for k, n in counts.items() if n > 1))
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_object)
+
+
 def parse_json(parser: Parser, text: str) -> Message:
     """Parse one JSON object and then its fields."""
     try:
-        row = json.loads(text)
+        row = _DECODER.decode(text)
     except RecursionError:
         raise Rejected(INVALID_JSON, "invalid JSON: nested too deeply") from None
     except json.JSONDecodeError as e:

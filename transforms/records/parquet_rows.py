@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from transforms.records.dead_letters import INVALID_FIELD, Rejected
+from transforms.records.parse import RowWithRepeats
 
 # What pyarrow raises for a value Python cannot hold: OverflowError (a date
 # out of range) or ValueError (nanoseconds that would be lost).
@@ -28,7 +29,15 @@ Row = dict[str, Any]
 
 def rows(batch: pa.RecordBatch) -> Iterator[tuple[Row, Rejected | None]]:
     """Each row of `batch` as a dict, with None, or, if one of its values has
-    no Python equivalent, with that value as stored and why it is rejected."""
+    no Python equivalent, with that value as stored and why it is rejected.
+    Columns of one name make each row a `RowWithRepeats`."""
+    names = batch.schema.names
+    repeated = frozenset(name for name in names if names.count(name) > 1)
+    for row, unconvertible in _converted(batch):
+        yield (RowWithRepeats(row, repeated) if repeated else row), unconvertible
+
+
+def _converted(batch: pa.RecordBatch) -> Iterator[tuple[Row, Rejected | None]]:
     try:
         for row in batch.to_pylist():
             yield row, None

@@ -150,8 +150,26 @@ def _is_utf8_encodable(text: str) -> bool:
     return True
 
 
+class RowWithRepeats(dict):
+    """A row whose source named some fields twice: a JSON object with a
+    repeated key, or Parquet columns of one name. As a dict it holds one
+    value of each; `repeated` names them, and a parser refuses such a field
+    rather than guess which value the writer meant (a CSV header naming a
+    column twice is refused whole). Fields no parser reads may repeat."""
+
+    def __init__(self, values: Row, repeated: frozenset[str]) -> None:
+        super().__init__(values)
+        self.repeated = repeated
+
+
+def _value(row: Row, name: str) -> Any:
+    if name in getattr(row, "repeated", ()):
+        raise InvalidRecord(f"field {name!r} is given twice")
+    return row.get(name)
+
+
 def _required(row: Row, name: str) -> Any:
-    value = row.get(name)
+    value = _value(row, name)
     if value is None:
         raise InvalidRecord(f"missing field {name!r}")
     return value
@@ -169,7 +187,7 @@ def _required_str(row: Row, name: str) -> str:
 
 
 def _optional_str(row: Row, name: str) -> str | None:
-    value = row.get(name)
+    value = _value(row, name)
     if value is None or value == "":
         return None
     if not isinstance(value, str):
@@ -180,7 +198,7 @@ def _optional_str(row: Row, name: str) -> str | None:
 
 
 def _count(row: Row) -> int | None:
-    value = row.get("count")
+    value = _value(row, "count")
     if value is None or value == "":
         return None  # unset reads as the proto default, 1
     count = _as_int(value)

@@ -18,8 +18,8 @@ tabs its only whitespace. Its members are
 - the search keys `query`, `record_id` (each a string or null), `count`
   (an integer of at most 18 digits, or null) and `event_time` (such an
   integer, a string, or null), their names written without escapes, each
-  at most once (Python keeps the last of a repeated key, Arrow refuses the
-  block);
+  at most once (the per-line parser refuses a field given twice,
+  `RowWithRepeats`, where Arrow refuses the block);
 - and other keys, which both readers ignore, named by one or more of
   `[A-Za-z0-9_]` (so that no escape can spell a search key), each with a
   string, true, false, null, or a number of at most 18 integer digits and
@@ -165,7 +165,7 @@ def _repeated_key_pattern() -> str:
 
 _JSON_OBJECT = _json_object_pattern(_JSON_VALUES["event_time"])
 _JSON_OBJECT_STRING_TIME = _json_object_pattern(_JSON_STRING)
-# Python keeps the last of a repeated key, where Arrow refuses the block.
+# The per-line parser refuses a field given twice, where Arrow refuses the block.
 _REPEATED_KEY = _repeated_key_pattern()
 
 _CSV_FIELD = '(?:[^",\\r\\x00]*|"[^"\\r\\x00]*")'
