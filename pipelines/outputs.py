@@ -79,10 +79,10 @@ def settle_earlier_outputs(prefixes: list[str], earlier: EarlierOutputs) -> None
     if earlier is EarlierOutputs.REFUSE:
         raise EarlierOutputsExist(
             f"{os.path.dirname(found[0])} holds the outputs of an earlier run "
-            f"({_files(found)}), which a live run "
-            "that does not resume its checkpoint would replace, though their "
-            "input may be gone: resume that run with the --checkpoint_dir it "
-            "logged, give another --output, or delete them"
+            f"({_files(found)}), which a live run that does not resume its "
+            "checkpoint would replace, though their input may be gone: if a "
+            "live run wrote them, resume it with the --checkpoint_dir it "
+            "logged; otherwise give another --output, or delete them"
         )
     _log.warning("deleting %d files an earlier run wrote", len(found))
     FileSystems.delete(found)

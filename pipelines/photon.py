@@ -4,8 +4,8 @@
     python -m pipelines.photon --queries 'q/*.jsonl' --clicks 'c/*.jsonl' \\
         --bigtable_project P --bigtable_instance I --pipeline_id dc-east --output /tmp/p
     python -m pipelines.photon --queries 'q/*.jsonl' --clicks 'c/*.jsonl' --follow \
-        --runner=SparkRunner --checkpoint_dir /tmp/p-ck --output /tmp/p
-    python -m pipelines.photon --streaming --runner=SparkRunner --output /tmp/p
+        --runner=SparkRunner --checkpoint_dir /tmp/p-ck --output /tmp/p-live
+    python -m pipelines.photon --streaming --runner=SparkRunner --output /tmp/p-demo
 
 Without `--queries`/`--clicks` the job generates deterministic logs (seeded;
 late queries, clicks before their query, duplicated and orphan clicks, see

@@ -83,7 +83,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         "--joined",
         action="append",
         required=True,
-        help="output directory of a Photon pipeline; repeatable",
+        help="an output directory of a Photon pipeline sharing the registry: "
+        "give every one each pipeline wrote to within registry.gc_days; "
+        "repeatable",
     )
     parser.add_argument(
         "--lost_output",

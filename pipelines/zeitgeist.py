@@ -4,7 +4,7 @@
     python -m pipelines.zeitgeist --input 'logs/*.jsonl' --output /tmp/z
     python -m pipelines.zeitgeist --output /tmp/z --runner=SparkRunner
     python -m pipelines.zeitgeist --input 'inbox/*.jsonl' --follow \
-        --output /tmp/z --runner=SparkRunner --checkpoint_dir /tmp/z-ck
+        --output /tmp/z-live --runner=SparkRunner --checkpoint_dir /tmp/z-ck
     python -m pipelines.zeitgeist --input 'logs/*.jsonl' --output /tmp/z \
         --model_store=bigtable --bigtable_project P --bigtable_instance I
 

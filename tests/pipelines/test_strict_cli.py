@@ -543,7 +543,7 @@ def test_a_window_too_large_for_beam_timestamps_is_refused(tmp_path):
         *("--input", str(log), "--output", str(tmp_path / "out")),
         *("--window_seconds", "10000000000000"),
     )
-    assert_usage_error(done, "window size must be at most", "Beam's latest timestamp")
+    assert_usage_error(done, "window size must be at most", "Beam's global window")
 
 
 def test_paths_that_lead_to_one_file_are_refused(tmp_path):

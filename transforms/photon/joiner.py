@@ -55,7 +55,9 @@ each candidate says which acceptance of its click it is (its
   would be GC'd at ``click_time + query_ttl`` or later, which has not fired.
   Its occurrence is unset, so every attempt and every copy of the click
   (a retried bundle, a restarted run that meets another copy first)
-  registers it alike and is ``ALREADY_MINE``, idempotently;
+  registers it alike and is ``ALREADY_MINE``, idempotently, but for a copy
+  naming another query id, which the registry token's query digest tells
+  apart (``id_registry.occurrence_token``);
 - a click accepted later may repeat one the joiner forgot: its occurrence is
   ``gc<forgotten_through>``. A retry of the same bundle, from the same state,
   gives the same; a copy accepted after a later GC gives another, and the

@@ -4,7 +4,9 @@ The shared core of the readers: decoding a line, parsing JSON, running a
 record parser, and turning each failure into a `DeadLetter` whose reason
 category has its own counter. Counters live in `METRICS_NAMESPACE`:
 `records_read`, `blank_lines`, `dead_letters`, and `dead_letter_<category>`
-for each of `CATEGORIES`.
+for each of `CATEGORIES`; the readers add `rows_unreadable` (the rows of a
+Parquet row group that cannot be read) and `directories_skipped` (the
+directories a pattern matched, which are not read).
 """
 
 from __future__ import annotations

@@ -57,8 +57,8 @@ class WindowParams:
                 f"{self.activity_horizon_windows} windows of activity horizon, "
                 f"got {self.size_ms} ms: the window of a search at "
                 f"{MAX_EVENT_TIME:%Y-%m-%d}, the latest event time accepted, "
-                "and the horizon's windows after it must end by Beam's latest "
-                f"timestamp ({LAST_WINDOW_END_MS} ms, int64 microseconds)"
+                "and the horizon's windows after it must end by the end of "
+                f"Beam's global window ({LAST_WINDOW_END_MS} ms)"
             )
 
 
