@@ -170,6 +170,16 @@ def finite_float(text: str) -> float:
     return value
 
 
+def file_pattern(text: str) -> str:
+    """argparse's `type` for an input file or glob: a local one relative to
+    the current directory made absolute. Beam's match finds nothing for a
+    bare glob such as `*.jsonl` (its directory part is empty), and Spark's
+    workers on a cluster do not run in the command's directory."""
+    if "://" in text or not text or os.path.isabs(text):
+        return text
+    return os.path.join(os.getcwd(), text)
+
+
 def require_matches(flag: str, patterns: Sequence[str]) -> None:
     """Raises `UsageError` if a file pattern given as `flag` names a
     directory or matches no file."""

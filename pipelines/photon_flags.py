@@ -20,10 +20,18 @@ def add_common_args(
 ) -> None:
     """Flags shared by `photon` and `photon_verify`."""
     parser.add_argument(
-        "--queries", action="append", default=[], help="query log file or glob"
+        "--queries",
+        action="append",
+        default=[],
+        type=cli.file_pattern,
+        help="query log file or glob",
     )
     parser.add_argument(
-        "--clicks", action="append", default=[], help="click log file or glob"
+        "--clicks",
+        action="append",
+        default=[],
+        type=cli.file_pattern,
+        help="click log file or glob",
     )
     parser.add_argument("--input_format", choices=("jsonl", "csv", "parquet"))
     parser.add_argument("--output", required=True, help="output directory")

@@ -22,6 +22,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         "--input",
         action="append",
         default=[],
+        type=cli.file_pattern,
         help="file or glob of searches (.jsonl/.json/.ndjson, .csv, .parquet, "
         "optionally compressed: .gz, .bz2, ...); repeatable. Omit to generate "
         "a synthetic stream.",

@@ -4,8 +4,10 @@ Run as a user runs them, in subprocesses; every case here used to run (with
 a default, an empty input or a changed value) or end in a traceback.
 """
 
+import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -269,6 +271,19 @@ def test_an_input_that_names_a_directory_is_refused_with_a_pattern_inside(tmp_pa
     )
     assert_usage_error(done, f"--clicks '{inbox}/' {hint}")
     assert not (tmp_path / "out").exists(), "nothing may run before the check"
+
+
+def test_a_bare_glob_reads_the_current_directorys_files(tmp_path):
+    # Beam's match found nothing for '*.jsonl' (an empty directory part):
+    # the command said it matched no file, where './*.jsonl' worked.
+    search = {"query": "a", "event_time": 1_767_571_200_000}
+    (tmp_path / "a.jsonl").write_text(json.dumps(search) + "\n")
+    out = str(tmp_path / "out")
+    done = run_cli(
+        "pipelines.zeitgeist", "--input", "*.jsonl", "--output", out, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"^records read +1$", done.stdout, re.MULTILINE), done.stdout
 
 
 def test_follow_mistakes_are_one_line_and_exit_2(tmp_path):
