@@ -3,6 +3,7 @@ times, and a drain that reads what is there. The source runs on this
 project's SparkRunner in streaming, over real files in a real directory."""
 
 import bz2
+import concurrent.futures
 import gzip
 import json
 import logging
@@ -418,6 +419,31 @@ def test_files_taken_out_of_a_directory_that_remains_are_forgotten(tmp_path):
     (tmp_path / "a.csv").unlink()
     _, _, rest = _poll(follow, rest)
     assert rest.seen == frozenset()
+
+
+def test_a_fifo_the_pattern_matches_is_a_dead_letter_not_a_hang(tmp_path):
+    # Opened as a file, it waited for a writer: the poll, and the job's
+    # stop behind it (SIGTERM waits for the running batch), hung until one
+    # came.
+    follow = FollowSearchQueries(str(tmp_path / "*.csv"))
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    _settled(fifo)
+    polls = concurrent.futures.ThreadPoolExecutor(1)
+    polled = polls.submit(_poll, follow, FollowedFiles())
+    try:
+        records, dead, rest = polled.result(timeout=30)
+    except TimeoutError:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let it return
+        raise
+    finally:
+        polls.shutdown(wait=False)
+    assert records == []
+    assert dead == [
+        f"unreadable file after line 0: {fifo} is a FIFO (named pipe), not a "
+        "regular file: not opened"
+    ]
+    assert _poll(follow, rest)[:2] == ([], [])
 
 
 def _follow_clearing(inbox, action: str, archive=None) -> FollowSearchQueries:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 
 from transforms.records.followed_files import FileVersion
 
@@ -70,6 +71,10 @@ class AfterRead:
         except FileNotFoundError:
             return False
         if now.st_size != read.size or now.st_mtime != read.last_updated:
+            return False
+        if not stat.S_ISREG(now.st_mode):
+            # A FIFO, socket or device, a dead letter: not a file of
+            # records the job has taken in, but someone's channel.
             return False
         if self.action == DELETE:
             os.remove(read.path)

@@ -20,6 +20,9 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   while the job ran or while it was down, is another version, read whole
   (a warning and the counter `files_read_again` say so): by path alone it
   was skipped, its records lost without a word.
+- **A FIFO, socket or device is a dead letter.** Read, it is one
+  `unreadable_file` dead letter, never opened: a FIFO would wait for a
+  writer, and the job with it.
 - **Files must appear whole.** Write a file elsewhere (or under a name
   starting with `.` or `_`, which are never read) and rename it into place:
   a file is read as it is at the poll that finds it, and one written to in

@@ -36,6 +36,7 @@ import base64
 import binascii
 import os
 import re
+import stat
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from json.encoder import encode_basestring
@@ -143,11 +144,13 @@ def read_file(
     `read(reader, fmt, fh)` reads the opened file; `FileReader.read`, record
     by record, unless a caller reads it otherwise (in Arrow tables). A file
     that breaks off (e.g. a corrupt `.gz`) ends with one `unreadable_file`
-    dead letter where reading stopped. Counts the file's records and blank
-    lines in the `METRICS_NAMESPACE` counters.
+    dead letter where reading stopped; a FIFO, socket or device is one such
+    dead letter, never opened. Counts the file's records and blank lines in
+    the `METRICS_NAMESPACE` counters.
     """
     reader = FileReader(parser, record_type, max_line_bytes, path)
     try:
+        _refuse_special(path)
         with open_checked(path) as fh:
             yield from read(reader, fmt, fh)
     except _READ_ERRORS as e:
@@ -159,6 +162,30 @@ def read_file(
         yield reader.dead(rejected, b"", reader.done + 1)
     counter("records_read").inc(reader.records_read)
     counter("blank_lines").inc(reader.blank_lines)
+
+
+# A local entry that is no file of records, by what `os.stat` says it is.
+_SPECIAL_FILES = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _refuse_special(path: str) -> None:
+    """Raises OSError if the local `path` is a FIFO, a socket or a device:
+    opening a FIFO waits for a writer, for ever if none comes (the job
+    hung, a stop waiting on it), and none of them holds a file's records."""
+    if "://" in path:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # opening it says why
+    for is_kind, kind in _SPECIAL_FILES:
+        if is_kind(mode):
+            raise OSError(f"{path} is {kind}, not a regular file: not opened")
 
 
 def line_limit(max_line_bytes: int) -> int:
