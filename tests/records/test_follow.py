@@ -3,6 +3,7 @@ times, and a drain that reads what is there. The source runs on this
 project's SparkRunner in streaming, over real files in a real directory."""
 
 import bz2
+import collections
 import concurrent.futures
 import gzip
 import json
@@ -26,6 +27,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from runners.spark import SparkRunner
 from testing import followed_polls
 from transforms.millwheel.event_time import to_millis, to_timestamp
+from transforms.records import follow as follow_module
 from transforms.records.after_read import AfterRead
 from transforms.records.follow import FollowSearchQueries, FollowSettings
 from transforms.records.followed_files import (
@@ -421,6 +423,22 @@ def test_files_taken_out_of_a_directory_that_remains_are_forgotten(tmp_path):
     assert rest.seen == frozenset()
 
 
+def _counted(monkeypatch) -> collections.Counter:
+    """The follow source's counters from here on, as its polls increment
+    them (a poll run without a runner has no metrics container)."""
+    counts: collections.Counter = collections.Counter()
+
+    class _Counter:
+        def __init__(self, name: str) -> None:
+            self._name = name
+
+        def inc(self, n: int = 1) -> None:
+            counts[self._name] += n
+
+    monkeypatch.setattr(follow_module, "counter", _Counter)
+    return counts
+
+
 def test_a_fifo_the_pattern_matches_is_a_dead_letter_not_a_hang(tmp_path):
     # Opened as a file, it waited for a writer: the poll, and the job's
     # stop behind it (SIGTERM waits for the running batch), hung until one
@@ -444,6 +462,37 @@ def test_a_fifo_the_pattern_matches_is_a_dead_letter_not_a_hang(tmp_path):
         "regular file: not opened"
     ]
     assert _poll(follow, rest)[:2] == ([], [])
+
+
+def test_a_dangling_symbolic_link_is_one_dead_letter(tmp_path):
+    # Beam's listing left it out without a word, poll after poll.
+    follow = FollowSearchQueries(str(tmp_path / "*.csv"))
+    link = tmp_path / "link.csv"
+    link.symlink_to(tmp_path / "target")
+    then = time.time() - 60
+    os.utime(link, (then, then), follow_symlinks=False)
+    records, dead, rest = _poll(follow, FollowedFiles())
+    assert records == []
+    assert len(dead) == 1 and "No such file" in dead[0]
+    assert _poll(follow, rest)[:2] == ([], [])
+    # Its target there at last, the link is a file like any other.
+    (tmp_path / "target").write_text(_CSV_HEADER + _csv_line("t-0", T0))
+    records, dead, rest = _poll(follow, rest)
+    assert (records, dead) == (["t-0"], [])
+
+
+def test_a_directory_the_pattern_matches_is_counted_once(tmp_path, monkeypatch):
+    # Beam's listing left it out without a word; a batch run counts it.
+    counts = _counted(monkeypatch)
+    follow = FollowSearchQueries(str(tmp_path / "*.csv"))
+    (tmp_path / "sub.csv").mkdir()
+    (tmp_path / "sub.csv" / "a.csv").write_text(_CSV_HEADER + _csv_line("a-0", T0))
+    records, dead, rest = _poll(follow, FollowedFiles())
+    assert (records, dead) == ([], [])
+    assert counts["directories_skipped"] == 1
+    (tmp_path / "sub.csv" / "b.csv").write_text(_CSV_HEADER + _csv_line("b-0", T0))
+    assert _poll(follow, rest)[:2] == ([], [])
+    assert counts["directories_skipped"] == 1
 
 
 def _follow_clearing(inbox, action: str, archive=None) -> FollowSearchQueries:

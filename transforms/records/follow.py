@@ -20,9 +20,13 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   while the job ran or while it was down, is another version, read whole
   (a warning and the counter `files_read_again` say so): by path alone it
   was skipped, its records lost without a word.
-- **A FIFO, socket or device is a dead letter.** Read, it is one
-  `unreadable_file` dead letter, never opened: a FIFO would wait for a
-  writer, and the job with it.
+- **What is no file to read is not passed over unseen.** A dangling
+  symbolic link (a version of its own modification time, which Beam's
+  listing leaves out) is an `unreadable_file` dead letter once it has
+  settled, and a FIFO, socket or device one when it is read, never opened
+  (a FIFO would wait for a writer, and the job with it). A directory the
+  pattern matches is not read, as in a batch run, and counted once in
+  `directories_skipped`.
 - **Files must appear whole.** Write a file elsewhere (or under a name
   starting with `.` or `_`, which are never read) and rename it into place:
   a file is read as it is at the poll that finds it, and one written to in
@@ -100,6 +104,7 @@ from transforms.records.file_reader import FileReader
 # by class path; those written before the classes moved to their own modules
 # name them here, so FollowedFiles stays importable from this module.
 from transforms.records.followed_files import (  # noqa: F401
+    DIRECTORY_SIZE,
     FileEnd,
     FileListing,
     FileVersion,
@@ -108,6 +113,7 @@ from transforms.records.followed_files import (  # noqa: F401
     ends_whole,
     followed_directory,
     is_hidden,
+    unlisted_versions,
 )
 from transforms.records.injector_watermark import InjectorState, InjectorWatermark
 from transforms.records.readers import (
@@ -182,11 +188,12 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
         _watermark: InjectorWatermark = beam.DoFn.WatermarkEstimatorParam(),
     ) -> Iterator[Any]:
         restriction = tracker.current_restriction()
+        listed = FileSystems.match([self._pattern])[0].metadata_list
         found = frozenset(
             FileVersion(m.path, m.size_in_bytes, m.last_updated_in_seconds)
-            for m in FileSystems.match([self._pattern])[0].metadata_list
+            for m in listed
             if not is_hidden(m.path)
-        )
+        ) | unlisted_versions(self._pattern, {m.path for m in listed})
         if not found and restriction.seen and self._directory_gone():
             # Taken as every file gone, the files would all be read again
             # when the directory came back (a volume remounted, a directory
@@ -212,15 +219,7 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
                 continue
             if not tracker.try_claim(version):
                 return
-            if version.path in read_before:
-                _LOGGER.warning(
-                    "%s changed after it was read (replaced, or written to in "
-                    "place): reading it again, whole",
-                    version.path,
-                )
-                counter("files_read_again").inc()
-            counter("files_followed").inc()
-            yield from self._read(version.path)
+            yield from self._take(version, version.path in read_before)
             if not tracker.try_claim(FileEnd(version)):
                 # The runner asked for a checkpoint while the file was read
                 # (its record cap): taken now, the remainder's watermark
@@ -229,6 +228,28 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
                 return
         if not restriction.final:
             tracker.defer_remainder(Duration.of(self._settings.poll_seconds))
+
+    def _take(self, version: FileVersion, read_before: bool) -> Iterator[Any]:
+        """The records and dead letters of the new `version`, claimed; none
+        for a directory, counted and logged instead."""
+        if version.size == DIRECTORY_SIZE:
+            # As in a batch run: its files are no part of the pattern.
+            _LOGGER.warning(
+                "%s is a directory the pattern matches: not read (follow "
+                "DIR/* for its files)",
+                version.path,
+            )
+            counter("directories_skipped").inc()
+            return
+        if read_before:
+            _LOGGER.warning(
+                "%s changed after it was read (replaced, or written to in "
+                "place): reading it again, whole",
+                version.path,
+            )
+            counter("files_read_again").inc()
+        counter("files_followed").inc()
+        yield from self._read(version.path)
 
     def setup(self) -> None:
         self._waiting: set[FileVersion] = set()

@@ -7,12 +7,14 @@ checkpoint's remainder has read what was claimed and forgets the files no
 longer listed. A checkpoint is taken between files, never while a file's
 records are still being output (see `FollowedFilesTracker`). `ends_whole`
 says whether a version can be read yet, `followed_directory` which local
-directory a pattern lists. `transforms.records.follow` has the rules these
-serve.
+directory a pattern lists, `unlisted_versions` what a local pattern matches
+that Beam's listing leaves out. `transforms.records.follow` has the rules
+these serve.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from typing import Any, NamedTuple
@@ -23,15 +25,22 @@ from apache_beam.io.iobase import RestrictionProgress, RestrictionTracker
 from apache_beam.transforms.core import RestrictionProvider
 
 from transforms.records.compressed import stream_ends_whole
+from transforms.records.readers import glob_entries
 
 
 class FileVersion(NamedTuple):
     """A file as a poll found it. The same path with another size or
-    modification time (a file replaced under its name) is another version."""
+    modification time (a file replaced under its name) is another version.
+    A directory the pattern matches is one too, of `DIRECTORY_SIZE`."""
 
     path: str
     size: int
     last_updated: float
+
+
+# A matched directory's size and time: one version whatever is written in
+# it (which changes its modification time), so that it is counted once.
+DIRECTORY_SIZE = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,3 +204,25 @@ def ends_whole(version: FileVersion, fmt: str) -> bool:
         # Gone since the listing, or unreadable: the next poll, or the read
         # once it has settled, says which.
         return False
+
+
+def unlisted_versions(file_pattern: str, listed: set[str]) -> frozenset[FileVersion]:
+    """What the local `file_pattern` matches besides the files `listed` by
+    Beam's match, which leaves out without a word what it cannot size:
+    each dangling symbolic link, as of its own modification time (read, it
+    is an `unreadable_file` dead letter), and each directory, as
+    `DIRECTORY_SIZE`. Hidden names are left out, as they are of the
+    listing."""
+    entries, directories = glob_entries(file_pattern)
+    versions = {
+        FileVersion(path, DIRECTORY_SIZE, 0.0)
+        for path in directories
+        if not is_hidden(path)
+    }
+    for path in entries:
+        # A file that exists was written since the listing: the next one has it.
+        if path in listed or is_hidden(path) or os.path.exists(path):
+            continue
+        with contextlib.suppress(OSError):  # gone since: nothing to read
+            versions.add(FileVersion(path, 0, os.lstat(path).st_mtime))
+    return frozenset(versions)

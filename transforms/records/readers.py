@@ -300,23 +300,31 @@ def unlisted_matches(file_pattern: str) -> list[FileMetadata]:
     output directory `part.jsonl/`, say) may have expected its records, so
     it is counted in `directories_skipped`, which the summary shows.
     """
+    entries, directories = glob_entries(file_pattern)
+    counter("directories_skipped").inc(len(directories))
+    return [FileMetadata(p, 0) for p in entries if not os.path.exists(p)]
+
+
+def glob_entries(file_pattern: str) -> tuple[list[str], list[str]]:
+    """The paths a local glob matches, as Beam's match walks for them: the
+    entries other than directories, and the directories. None of either
+    for an object store's pattern (it has neither directories nor links)
+    or a plain path (which matches itself). `**` reaches into the
+    directories it matches, whose files are matched: it matches no
+    directory."""
     if "://" in file_pattern or not any(c in file_pattern for c in "*?["):
-        return []  # an object store has neither; a plain path matches itself
+        return [], []
     # Where Beam's match lists: the directory of the part before any glob.
     root = os.path.dirname(re.match(r"[^[*?]*", file_pattern).group(0))
     matches = re.compile(FileSystem.translate_pattern(file_pattern)).match
-    # "**" reaches into the directories it matches, whose files are read.
     counts_directories = "**" not in file_pattern
-    unsized = []
+    entries, matched_directories = [], []
     for folder, directories, files in os.walk(root):
-        for name in directories:
-            if counts_directories and matches(os.path.join(folder, name)):
-                counter("directories_skipped").inc()
-        paths = (os.path.join(folder, name) for name in files)
-        unsized += [
-            FileMetadata(p, 0) for p in paths if matches(p) and not os.path.exists(p)
-        ]
-    return unsized
+        if counts_directories:
+            paths = (os.path.join(folder, name) for name in directories)
+            matched_directories += [p for p in paths if matches(p)]
+        entries += [p for p in (os.path.join(folder, n) for n in files) if matches(p)]
+    return entries, matched_directories
 
 
 class MatchedParquetParts(MatchedFiles):
