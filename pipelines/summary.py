@@ -38,6 +38,7 @@ def format_table(title: str, rows: list[tuple[str, object]]) -> str:
 _FOLLOWED_FILES_ROWS = (
     ("files read", "millwheel.records/files_followed"),
     ("  read again (changed)", "millwheel.records/files_read_again"),
+    ("  another path to one read, skipped", "millwheel.records/same_files_skipped"),
     ("  deleted once read", "millwheel.records/files_deleted"),
     ("  archived once read", "millwheel.records/files_archived"),
     ("  refused deletion or move", "millwheel.records/files_not_cleared"),

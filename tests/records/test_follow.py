@@ -495,6 +495,30 @@ def test_a_directory_the_pattern_matches_is_counted_once(tmp_path, monkeypatch):
     assert counts["directories_skipped"] == 1
 
 
+def test_a_link_to_a_file_read_under_another_path_is_not_read_again(
+    tmp_path, monkeypatch
+):
+    # Each path was read: the file's records counted twice, without a word.
+    # (A batch run refuses such a pattern; a followed file comes later.)
+    counts = _counted(monkeypatch)
+    inbox, elsewhere = tmp_path / "inbox", tmp_path / "elsewhere.csv"
+    inbox.mkdir()
+    follow = FollowSearchQueries(str(inbox / "*.csv"))
+    (inbox / "a.csv").write_text(_CSV_HEADER + _csv_line("a-0", T0))
+    records, _, rest = _poll(follow, FollowedFiles())
+    assert records == ["a-0"]
+    (inbox / "to-a.csv").symlink_to(inbox / "a.csv")
+    (inbox / "b.csv").write_text(_CSV_HEADER + _csv_line("b-0", T0))
+    (inbox / "to-b.csv").symlink_to("b.csv")  # with its target, at one poll
+    elsewhere.write_text(_CSV_HEADER + _csv_line("e-0", T0))
+    (inbox / "to-elsewhere.csv").symlink_to(elsewhere)  # read through the link
+    records, dead, rest = _poll(follow, rest)
+    assert (sorted(records), dead) == (["b-0", "e-0"], [])
+    assert counts["same_files_skipped"] == 2
+    assert _poll(follow, rest)[:2] == ([], [])
+    assert counts["same_files_skipped"] == 2
+
+
 def _follow_clearing(inbox, action: str, archive=None) -> FollowSearchQueries:
     after_read = AfterRead(action, str(archive) if archive else None)
     return FollowSearchQueries(

@@ -26,7 +26,9 @@ SparkRunner in streaming, Beam's DirectRunner in streaming):
   settled, and a FIFO, socket or device one when it is read, never opened
   (a FIFO would wait for a writer, and the job with it). A directory the
   pattern matches is not read, as in a batch run, and counted once in
-  `directories_skipped`.
+  `directories_skipped`. A path that leads to a file read under another
+  (a symbolic link and its target, both matched) is not read again, or
+  its records would count twice: a warning and `same_files_skipped`.
 - **Files must appear whole.** Write a file elsewhere (or under a name
   starting with `.` or `_`, which are never read) and rename it into place:
   a file is read as it is at the poll that finds it, and one written to in
@@ -113,6 +115,7 @@ from transforms.records.followed_files import (  # noqa: F401
     ends_whole,
     followed_directory,
     is_hidden,
+    other_paths,
     unlisted_versions,
 )
 from transforms.records.injector_watermark import InjectorState, InjectorWatermark
@@ -212,6 +215,7 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
             _watermark.observe_again(self._newest_read(restriction.seen & found))
         read_before = {version.path for version in restriction.seen}
         new = sorted(found - restriction.seen, key=lambda v: (v.last_updated, v.path))
+        read_as = other_paths(new, found)
         self._waiting &= found
         for version in new:
             if not self._ready(version, restriction.final):
@@ -219,7 +223,7 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
                 continue
             if not tracker.try_claim(version):
                 return
-            yield from self._take(version, version.path in read_before)
+            yield from self._take(version, version.path in read_before, read_as)
             if not tracker.try_claim(FileEnd(version)):
                 # The runner asked for a checkpoint while the file was read
                 # (its record cap): taken now, the remainder's watermark
@@ -229,9 +233,12 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
         if not restriction.final:
             tracker.defer_remainder(Duration.of(self._settings.poll_seconds))
 
-    def _take(self, version: FileVersion, read_before: bool) -> Iterator[Any]:
+    def _take(
+        self, version: FileVersion, read_before: bool, read_as: dict[FileVersion, str]
+    ) -> Iterator[Any]:
         """The records and dead letters of the new `version`, claimed; none
-        for a directory, counted and logged instead."""
+        for a directory, or for another path to a file read (`read_as`),
+        each counted and logged instead."""
         if version.size == DIRECTORY_SIZE:
             # As in a batch run: its files are no part of the pattern.
             _LOGGER.warning(
@@ -240,6 +247,15 @@ class _FollowFilesFn(beam.DoFn, WatermarkEstimatorProvider):
                 version.path,
             )
             counter("directories_skipped").inc()
+            return
+        if version in read_as:
+            _LOGGER.warning(
+                "%s leads to the file read as %s: not read again, its records "
+                "would count twice",
+                version.path,
+                read_as[version],
+            )
+            counter("same_files_skipped").inc()
             return
         if read_before:
             _LOGGER.warning(

@@ -8,12 +8,14 @@ longer listed. A checkpoint is taken between files, never while a file's
 records are still being output (see `FollowedFilesTracker`). `ends_whole`
 says whether a version can be read yet, `followed_directory` which local
 directory a pattern lists, `unlisted_versions` what a local pattern matches
-that Beam's listing leaves out. `transforms.records.follow` has the rules
-these serve.
+that Beam's listing leaves out, `other_paths` which new files lead to a file
+found under another path. `transforms.records.follow` has the rules these
+serve.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -226,3 +228,44 @@ def unlisted_versions(file_pattern: str, listed: set[str]) -> frozenset[FileVers
         with contextlib.suppress(OSError):  # gone since: nothing to read
             versions.add(FileVersion(path, 0, os.lstat(path).st_mtime))
     return frozenset(versions)
+
+
+def other_paths(
+    new: list[FileVersion], found: frozenset[FileVersion]
+) -> dict[FileVersion, str]:
+    """The versions of `new` that lead to a file `found` under another
+    path, one read before or earlier in `new`'s order, each with that
+    path: a symbolic link and its target, or two hard links, would have
+    its records read twice. A link is listed with its target's size and
+    modification time, so only versions alike in both are compared, by the
+    file (device and inode) they lead to."""
+    order = {version: i for i, version in enumerate(new)}
+    alike = collections.defaultdict(list)
+    for version in found:
+        alike[version.size, version.last_updated].append(version)
+    others = {}
+    for group in alike.values():
+        if len(group) < 2 or not any(v in order for v in group):
+            continue
+        first_path: dict[tuple[int, int], str] = {}
+        # The versions read before (ordered -1) first, then in reading order.
+        for version in sorted(group, key=lambda v: order.get(v, -1)):
+            file = _file_id(version.path)
+            if file is None:
+                continue
+            first = first_path.setdefault(file, version.path)
+            if first != version.path and version in order:
+                others[version] = first
+    return others
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    """The file a local `path` leads to (None if none: an object store's
+    path, which no other path leads to, or one that cannot be reached)."""
+    if "://" in path:
+        return None
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
