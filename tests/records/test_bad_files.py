@@ -4,8 +4,10 @@ Real files on disk, read through the real Beam transforms on the DirectRunner.
 """
 
 import bz2
+import concurrent.futures
 import gzip
 import json
+import os
 
 import apache_beam as beam
 import pyarrow as pa
@@ -325,3 +327,30 @@ def test_a_field_given_twice_is_a_dead_letter_in_every_format(
             equal_to(named),
             label="LettersNamingTheField",
         )
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+@pytest.mark.parametrize("columnar", [False, True], ids=["per_record", "columnar"])
+def test_a_fifo_the_pattern_matches_is_a_dead_letter_not_a_hang(
+    tmp_path, columnar, suffix
+):
+    # Opened as a file, a FIFO waits for a writer, and the job with it, for
+    # ever if none comes; Parquet's reader still opened it.
+    fifo = tmp_path / f"pipe{suffix}"
+    os.mkfifo(fifo)
+    read = ReadSearchBatches if columnar else ReadSearchQueries
+    pipeline = test_pipeline.TestPipeline()
+    out = pipeline | read(str(tmp_path / f"*{suffix}"))
+    assert_that(
+        out[DEAD_LETTERS] | beam.Map(lambda d: "is a FIFO (named pipe)" in d.reason),
+        equal_to([True]),
+    )
+    jobs = concurrent.futures.ThreadPoolExecutor(1)
+    job = jobs.submit(lambda: pipeline.run().wait_until_finish())
+    try:
+        job.result(timeout=60)
+    except TimeoutError:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # let it return
+        raise
+    finally:
+        jobs.shutdown(wait=False)

@@ -21,6 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.records.dead_letters import UNREADABLE_FILE, Parser, Rejected, counter
 from transforms.records.file_reader import FileReader
+from transforms.records.special_files import refuse_special
 
 _MIME = "application/octet-stream"
 # Parquet compresses inside the file; a ".gz" name must not be inflated.
@@ -43,6 +44,7 @@ class SplitRowGroups(beam.DoFn):
     def process(self, readable_file: fileio.ReadableFile) -> Iterator[ParquetPart]:
         path = readable_file.metadata.path
         try:
+            refuse_special(path)
             # As `ReadParquetPart` reads it: a Parquet file named ".gz" is
             # not inflated (gzip is not seekable), and is reported unreadable.
             with FileSystems.open(path, _MIME, _UNCOMPRESSED) as fh:
@@ -69,6 +71,7 @@ class ReadParquetPart(beam.DoFn):
         # Lines are never split here, so the line limit does not apply.
         reader = FileReader(self._parser, self._record_type, 1, part.path)
         try:
+            refuse_special(part.path)
             with FileSystems.open(part.path, _MIME, _UNCOMPRESSED) as fh:
                 yield from self.read_row_group(reader, fh, part)
         except (OSError, pa.ArrowException) as e:

@@ -36,7 +36,6 @@ import base64
 import binascii
 import os
 import re
-import stat
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from json.encoder import encode_basestring
@@ -74,6 +73,7 @@ from transforms.records.parse import (
     parse_search_query,
 )
 from transforms.records.photon_pb2 import ClickEvent, QueryEvent
+from transforms.records.special_files import refuse_special
 from transforms.records.zeitgeist_pb2 import SearchQuery
 
 __all__ = [
@@ -150,7 +150,7 @@ def read_file(
     """
     reader = FileReader(parser, record_type, max_line_bytes, path)
     try:
-        _refuse_special(path)
+        refuse_special(path)
         with open_checked(path) as fh:
             yield from read(reader, fmt, fh)
     except _READ_ERRORS as e:
@@ -162,30 +162,6 @@ def read_file(
         yield reader.dead(rejected, b"", reader.done + 1)
     counter("records_read").inc(reader.records_read)
     counter("blank_lines").inc(reader.blank_lines)
-
-
-# A local entry that is no file of records, by what `os.stat` says it is.
-_SPECIAL_FILES = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
-
-
-def _refuse_special(path: str) -> None:
-    """Raises OSError if the local `path` is a FIFO, a socket or a device:
-    opening a FIFO waits for a writer, for ever if none comes (the job
-    hung, a stop waiting on it), and none of them holds a file's records."""
-    if "://" in path:
-        return
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return  # opening it says why
-    for is_kind, kind in _SPECIAL_FILES:
-        if is_kind(mode):
-            raise OSError(f"{path} is {kind}, not a regular file: not opened")
 
 
 def line_limit(max_line_bytes: int) -> int:
