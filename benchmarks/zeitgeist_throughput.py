@@ -153,8 +153,7 @@ def warm_spark(argv: Sequence[str]) -> None:
     from runners.spark.options import SparkOptions
     from runners.spark.session import get_or_create_session
 
-    options = SparkOptions([a for a in argv if a.startswith("--spark_")])
-    session = get_or_create_session(options)
+    session = get_or_create_session(SparkOptions(list(argv)))
     session.sparkContext.parallelize(range(100), 2).count()
 
 
