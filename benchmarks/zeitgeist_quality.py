@@ -24,7 +24,6 @@ import sys
 import tempfile
 
 import apache_beam as beam
-import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
@@ -33,6 +32,7 @@ from pipelines.outputs import read_output  # noqa: E402
 from pipelines.zeitgeist import build, zeitgeist_transform  # noqa: E402
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG  # noqa: E402
 from runners.in_process import InProcessDirectRunner  # noqa: E402
+from testing.baselines import one_window_flags  # noqa: E402
 from testing.evaluator import evaluate, false_alarms_per_query_week  # noqa: E402
 from testing.zeitgeist_generator import DAY_MS, StreamSpec, generate  # noqa: E402
 from transforms.records.zeitgeist_pb2 import Anomaly  # noqa: E402
@@ -59,18 +59,14 @@ def run_zeitgeist(stream, workdir: pathlib.Path) -> list[Anomaly]:
     return read_output(workdir, "anomalies", Anomaly)
 
 
-def one_window_baseline(stream, spec: StreamSpec, lookback: int = 12) -> list[Baseline]:
-    counts = stream.counts.astype(float)
+def one_window_baseline(stream, spec: StreamSpec) -> list[Baseline]:
+    """`testing.baselines.one_window_flags` over each query's counts."""
     flagged = []
-    for q in range(counts.shape[0]):
-        for w in range(lookback * 2, counts.shape[1]):
-            past = counts[q, w - lookback : w]
-            sigma = max(past.std(), np.sqrt(max(past.mean(), 1.0)))
-            z = (counts[q, w] - past.mean()) / sigma
-            if abs(z) > 4:
-                kind = "SPIKE" if z > 0 else "DIP"
-                start = spec.start_ms + w * spec.window_ms
-                flagged.append(Baseline(stream.query_names[q], kind, start))
+    for q, counts in enumerate(stream.counts):
+        for w, z in one_window_flags(counts):
+            kind = "SPIKE" if z > 0 else "DIP"
+            start = spec.start_ms + w * spec.window_ms
+            flagged.append(Baseline(stream.query_names[q], kind, start))
     return flagged
 
 

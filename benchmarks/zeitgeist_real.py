@@ -20,7 +20,11 @@ the default configuration, as pre-aggregated counts: one CSV row
 Printed for every category of the folder, normalised NAB scores (standard
 profile) twice: the score stream at the single threshold that is best over
 all series, and the alerts as emitted (each alert's window is a detection);
-beside them the published anchors of the data README, for its categories;
+then the baseline measured in the same run, a naive one-window z rule
+(`testing.baselines`: a row more than 4 spreads from the 12 rows before it,
+one alert per run of such rows), and the alerts' gain over it in points
+(NAB's scale goes below zero, where a ratio says nothing); beside them
+the published anchors of the data README, for its categories;
 then episode precision, recall, F1 and median delay (rows) of the alerts; a
 last row pooling every category with scored windows; and the alerts per
 series per week on each category without labelled windows, with the count
@@ -67,6 +71,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from pipelines import config as config_loader  # noqa: E402
 from pipelines.outputs import read_output  # noqa: E402
 from pipelines.zeitgeist_flags import DEFAULT_CONFIG  # noqa: E402
+from testing.baselines import first_of_runs, one_window_flags  # noqa: E402
 from testing.labelled_episodes import combined, episode_score  # noqa: E402
 from testing.labelled_series import Series, load_folder, reference_scores  # noqa: E402
 from testing.nab import (  # noqa: E402
@@ -243,6 +248,14 @@ def run_in_process(everything: list[Series], overrides: list[str]) -> dict:
     return results
 
 
+def baseline_alerts(series: Series) -> list[int]:
+    """The rows where the naive baseline, measured in the same run, alerts:
+    the one-window z rule (`testing.baselines`) over the series' counts, one
+    alert per run of flagged rows."""
+    flagged = [w for w, _ in one_window_flags(as_counts(series.values))]
+    return first_of_runs(flagged)
+
+
 def report(results: dict) -> str:
     """The per-category table, then the alert rate of series without labels.
 
@@ -262,8 +275,9 @@ def report(results: dict) -> str:
     scored = {c: n for c, n in by_category.items() if _windows(files, n)}
     lines = [
         f"score stream at the best single threshold, {threshold:.6g}",
-        f"{'category':<24}{'stream':>8}{'alerts':>8}{'best pub':>10}"
-        f"{'ARTime':>8}{'HTM':>6}{'P':>7}{'R':>6}{'F1':>6}{'delay':>7}",
+        f"{'category':<24}{'stream':>8}{'alerts':>8}{'z-rule':>8}{'gain':>7}"
+        f"{'best pub':>10}{'ARTime':>8}{'HTM':>6}{'P':>7}{'R':>6}{'F1':>6}"
+        f"{'delay':>7}",
     ]
     for category in sorted(scored, key=_anchored_first):
         lines.append(
@@ -388,6 +402,10 @@ def _category_row(
     windows = _windows(files, names)
     stream = sum(raw_score(files[n], threshold) for n in names)
     alerts = sum(raw_score_of_detections(files[n], results[n][3]) for n in names)
+    naive = sum(
+        raw_score_of_detections(files[n], baseline_alerts(results[n][0])) for n in names
+    )
+    ours, theirs = normalised(alerts, windows), normalised(naive, windows)
     episodes = combined(episode_score(files[n], results[n][3]) for n in names)
     delay = episodes.median_delay
     anchors = "".join(
@@ -398,7 +416,7 @@ def _category_row(
     )
     return (
         f"{label:<24}{normalised(stream, windows):>8.1f}"
-        f"{normalised(alerts, windows):>8.1f}{anchors}"
+        f"{ours:>8.1f}{theirs:>8.1f}{ours - theirs:>+7.1f}{anchors}"
         f"{episodes.precision:>7.2f}{episodes.recall:>6.2f}"
         f"{episodes.f1:>6.2f}{'-' if delay is None else f'{delay:.0f}':>7}"
     )
