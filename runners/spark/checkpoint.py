@@ -14,10 +14,12 @@ Layout under ``--checkpoint_dir``::
                         keyed state and timers (``durable_store.py``)
     side_inputs/<N>.pickle
                         side-input elements produced in batch N that no
-                        trigger fired (``side_contents.py``)
+                        trigger fired, in the windows that have not expired
+                        (``side_contents.py``)
     side_firings/<N>.pickle
-                        the latest firing of each window of the side inputs
-                        as of batch N (the newest file only is kept)
+                        the latest firing of each unexpired window of the
+                        side inputs as of batch N (the newest file only is
+                        kept)
 
 Batch N's state is visible to the job only once ``commits/N`` exists: on
 restart a batch with offsets but no commit is replayed with the same offsets,
@@ -262,14 +264,24 @@ class CheckpointDir:
         path = self.root / "side_inputs" / f"{batch}.pickle"
         _write_atomically(path, pickle.dumps(produced))
 
-    def read_side_inputs(self, through: int) -> list[dict[str, list[bytes]]]:
-        """Side-input elements of every batch up to ``through`` that stored
-        some, batch by batch."""
-        return [
-            _read_pickle(self.root / "side_inputs" / f"{batch}.pickle")
+    def read_side_inputs(self, through: int) -> dict[int, dict[str, list[bytes]]]:
+        """Side-input elements of every batch up to ``through`` that stores
+        some, by batch."""
+        return {
+            batch: _read_pickle(self.root / "side_inputs" / f"{batch}.pickle")
             for batch in self._batches("side_inputs")
             if batch <= through
-        ]
+        }
+
+    def shrink_side_inputs(self, batch: int, kept: dict[str, list[bytes]]) -> None:
+        """Replaces the side-input elements batch ``batch`` stored with
+        ``kept``, those in windows that have not expired (none: the file
+        goes). Only after the commit whose watermarks expired the others: a
+        restart from an earlier commit would still read them."""
+        if kept:
+            self.write_side_inputs(batch, kept)
+        else:
+            (self.root / "side_inputs" / f"{batch}.pickle").unlink(missing_ok=True)
 
     def write_side_firings(self, batch: int, firings: dict) -> None:
         """Stores the side inputs' latest firings as of batch ``batch``

@@ -47,6 +47,7 @@ from runners.spark.micro_batch_task import (
     stage_partition,
 )
 from runners.spark.plan import StagePlan
+from runners.spark.side_expiry import SideExpiry
 from runners.spark.streaming_gbk import group_streaming
 from runners.spark.test_stream_source import TEST_STREAM_URN
 from runners.spark.translation import FLATTEN, GROUP_BY_KEY, RddTranslator
@@ -136,6 +137,12 @@ class MicroBatchTranslator(RddTranslator):
                 self._components.pcollections[pc].windowing_strategy_id
             ].trigger.HasField("default")
         }
+        # When their windows expire (`side_expiry.py`).
+        self.side_expiry = SideExpiry(
+            self.primitives,
+            self._components,
+            lambda pc: self.windowed_coder(pc).window_coder,
+        )
         self._side_contents: dict[str, list[bytes]] = {}
 
     def set_side_contents(self, contents: dict[str, list[bytes]]) -> None:

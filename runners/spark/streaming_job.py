@@ -47,6 +47,7 @@ from runners.spark.micro_batch import BatchSpec, MicroBatchTranslator, stage_key
 from runners.spark.micro_batch_task import Deferred, PushedBack, SideChunk
 from runners.spark.progress import BatchProgress
 from runners.spark.side_contents import SideContents
+from runners.spark.side_expiry import Horizon
 from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
 from runners.spark.watermark import MAX_MICROS, MIN_MICROS, event_horizon
 from runners.spark.watermark_manager import WatermarkManager, Watermarks
@@ -268,18 +269,33 @@ class StreamingJob:
         self.position = JobPosition.from_record(record)
         self._check_state_files()
         self._use_plan(draining=self.position.draining)
-        self._side_contents = SideContents.restored(
-            self.checkpoint.read_side_inputs(batch),
-            self.checkpoint.read_side_firings(batch),
-            self._translator.windowed_coder,
-        )
-        self._translator.set_side_contents(self._side_contents.chunks())
+        self._restore_side_inputs(batch)
         _LOGGER.info(
             "SparkRunner streaming: resuming after committed batch %d from %s",
             batch,
             self.checkpoint.root,
         )
         return batch
+
+    def _restore_side_inputs(self, batch: int) -> None:
+        """Reloads what the side inputs held after committed batch
+        ``batch``. The windows its watermarks expired go again: a batch's
+        file keeps them until it is shrunk after the commit, which a crash
+        may have prevented."""
+        firings = self.checkpoint.read_side_firings(batch)
+        contents = SideContents.restored(
+            self.checkpoint.read_side_inputs(batch),
+            firings,
+            self._translator.windowed_coder,
+        )
+        contents.expire(self._side_horizons())
+        if firings is None and contents.firings():
+            # A checkpoint of before firings were stored apart keeps them in
+            # its batches' files, which now shrink to their unfired elements.
+            self.checkpoint.write_side_firings(batch, contents.firings())
+        self._shrink_stored_side_inputs(contents.shrunk())
+        self._side_contents = contents
+        self._translator.set_side_contents(contents.chunks())
 
     def _check_state_files(self) -> None:
         """Refuses to resume without a key group's state file: opened anew,
@@ -315,10 +331,10 @@ class StreamingJob:
             self._translator.run_batch(spec) if _has_work(spec) else ([], None)
         )
         produced = self._fold(spec, records, metrics)
-        if produced:
-            self._keep_side_inputs(spec.batch, produced)
+        shrunk = self._keep_side_inputs(spec.batch, produced)
         self.checkpoint.write_commit(spec.batch, self.position.to_record())
         self.checkpoint.prune(spec.batch)
+        self._shrink_stored_side_inputs(shrunk)
         shutil.rmtree(spec.reports_dir, ignore_errors=True)
         seconds = time.monotonic() - started
         watermark = _format_micros(
@@ -339,18 +355,45 @@ class StreamingJob:
         )
         self._progress.committed(spec.batch, seconds, watermark, oldest_timer)
 
-    def _keep_side_inputs(self, batch: int, produced: dict[str, list[bytes]]) -> None:
+    def _keep_side_inputs(
+        self, batch: int, produced: dict[str, list[bytes]]
+    ) -> dict[int, dict[str, list[bytes]]]:
         """Adds a batch's side-input elements to what the next batches read,
-        and stores them before the batch's commit: a committed batch's side
-        inputs must survive a restart."""
-        unfired, fired = self._side_contents.fold(
-            produced, self._translator.windowed_coder
-        )
+        drops the windows its watermarks expired, and stores the result
+        before the batch's commit: a committed batch's side inputs must
+        survive a restart. Returns the earlier batches' stored elements
+        that are left, to store once the batch is committed."""
+        contents = self._side_contents
+        fired = contents.fold(batch, produced, self._translator.windowed_coder)
+        expired = contents.expire(self._side_horizons())
+        unfired = contents.stored(batch)
         if unfired:
             self.checkpoint.write_side_inputs(batch, unfired)
-        if fired:
-            self.checkpoint.write_side_firings(batch, self._side_contents.firings())
-        self._translator.set_side_contents(self._side_contents.chunks())
+        if fired or expired:
+            self.checkpoint.write_side_firings(batch, contents.firings())
+        shrunk = contents.shrunk()
+        if produced or expired or shrunk:
+            self._translator.set_side_contents(contents.chunks())
+        return shrunk
+
+    def _side_horizons(self) -> dict[str, Horizon]:
+        """How far the side inputs' windows have expired under the
+        watermarks of the last batch run. Every element and event-time
+        timer they let through has been processed in it (a task fires
+        timers until none is due), and later batches' are no earlier: what
+        reads a window after its expiry is a main element later than its
+        allowed lateness, or a processing-time timer of an expired window,
+        which Beam's runners skip."""
+        return self._translator.side_expiry.horizons(
+            self.position.watermarks, self._pushed_holds()
+        )
+
+    def _shrink_stored_side_inputs(
+        self, shrunk: dict[int, dict[str, list[bytes]]]
+    ) -> None:
+        """Stores what is left of the batches whose windows expired."""
+        for batch, kept in shrunk.items():
+            self.checkpoint.shrink_side_inputs(batch, kept)
 
     # -- planning ------------------------------------------------------------
 
@@ -504,9 +547,16 @@ class StreamingJob:
         source_holds = self.position.source_holds(now, timeout, resumed_at)
         for stage, source_hold in source_holds.items():
             holds[stage] = min(holds.get(stage, MAX_MICROS), source_hold)
+        for stage, pushed_hold in self._pushed_holds().items():
+            holds[stage] = min(holds.get(stage, MAX_MICROS), pushed_hold)
+        return self._watermarks.compute(sources, holds)
+
+    def _pushed_holds(self) -> dict[str, int]:
+        """Per stage, the earliest timestamp of the elements it pushed back."""
+        holds: dict[str, int] = {}
         for held in self.position.pushed:
             holds[held.stage] = min(holds.get(held.stage, MAX_MICROS), held.timestamp)
-        return self._watermarks.compute(sources, holds)
+        return holds
 
     def _finished(self, spec: BatchSpec) -> bool:
         if self.position.remainders or self.position.pushed:

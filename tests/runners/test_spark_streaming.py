@@ -864,3 +864,90 @@ def test_a_restarted_job_reads_the_latest_pane_it_had_and_keeps_no_older(
     # Only the newest firings are kept; no element went unfired.
     assert len(list((checkpoint / "side_firings").glob("*.pickle"))) == 1
     assert not list((checkpoint / "side_inputs").glob("*.pickle"))
+
+
+def _seen_with_windowed_sides(events):
+    """Each main element of ``events`` with what it reads of two side
+    inputs in 10 s fixed windows: the side elements as they come (no
+    trigger fires them: the checkpoint stores them per batch) and grouped
+    (a GroupByKey fires them: stored as firings). The main input, in the
+    same windows, allows 10 s of lateness."""
+    side = events["side"] | "SideWindows" >> beam.WindowInto(FixedWindows(10))
+    grouped = (
+        side
+        | beam.WithKeys(0)
+        | beam.GroupByKey()
+        | "Values" >> beam.FlatMap(lambda kv: kv[1])
+    )
+    # Windowed before the stage that reads the side inputs, which waits for
+    # them by the windows of its input.
+    main = (
+        events["main"]
+        | "MainWindows" >> beam.WindowInto(FixedWindows(10), allowed_lateness=10)
+        | beam.Reshuffle()
+    )
+    return main | "Seen" >> beam.Map(
+        lambda x, raw, fired: (x, sorted(raw), sorted(fired)),
+        raw=beam.pvalue.AsList(side),
+        fired=beam.pvalue.AsList(grouped),
+    )
+
+
+def _stored_side_bytes(checkpoint: pathlib.Path) -> bytes:
+    """Everything the checkpoint stores of the side inputs, as one string
+    to look for elements in."""
+    files = sorted(checkpoint.glob("side_inputs/*.pickle")) + sorted(
+        checkpoint.glob("side_firings/*.pickle")
+    )
+    return b"".join(path.read_bytes() for path in files)
+
+
+def test_a_side_window_goes_once_no_main_element_can_read_it(tmp_path):
+    # A side input in fixed windows over a stream grew for ever: on the
+    # driver, in the checkpoint and in every task's preload. Its window
+    # [0, 10) can be read by main elements of [0, 10) only, which are late
+    # past their allowed lateness once the watermark passes 10 + 10 s.
+    seen = tmp_path / "seen.txt"
+
+    def script():
+        return (
+            TestStream()
+            .add_elements([TimestampedValue("early-side", 1)], tag="side")
+            .add_elements([TimestampedValue("later-side", 11)], tag="side")
+            .advance_watermark_to(30, tag="side")
+            .add_elements([TimestampedValue("a", 5)], tag="main")
+            .advance_watermark_to(25, tag="main")  # [0, 10) expires
+            # Late, within the allowed lateness: [10, 20) lasts until 30.
+            .add_elements([TimestampedValue("late", 12)], tag="main")
+            .add_elements([TimestampedValue("x", 15)], tag="main")  # stopped
+            .add_elements([TimestampedValue("b", 18)], tag="main")  # restored
+            .advance_watermark_to_infinity(tag="main")
+            .advance_watermark_to_infinity(tag="side")
+        )
+
+    def record(line):
+        _append_line(seen, json.dumps(line, separators=(",", ":")))  # a word
+        if line[0] == "x":
+            time.sleep(2)  # the cancel comes while its batch runs
+
+    def run():
+        pipeline = _pipeline(tmp_path)
+        _ = _seen_with_windowed_sides(pipeline | script()) | beam.Map(record)
+        return pipeline.run()
+
+    first = run()
+    _wait_for_lines(seen, 3)
+    assert first.cancel() == PipelineState.CANCELLED
+    checkpoint = tmp_path / "checkpoint"
+    stored = _stored_side_bytes(checkpoint)
+    assert b"early-side" not in stored
+    assert b"later-side" in stored
+    assert run().wait_until_finish(duration=60_000) == PipelineState.DONE
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == [
+        ["a", ["early-side"], ["early-side"]],
+        ["late", ["later-side"], ["later-side"]],
+        ["x", ["later-side"], ["later-side"]],
+        ["b", ["later-side"], ["later-side"]],
+    ]
+    # The watermark went to +inf: every window expired, and nothing is kept.
+    assert b"side" not in _stored_side_bytes(checkpoint)

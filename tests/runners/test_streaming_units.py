@@ -38,6 +38,7 @@ from runners.spark.durable_store import (
 )
 from runners.spark.micro_batch_task import EarlyWatermark, TaskSpec
 from runners.spark.side_contents import SideContents
+from runners.spark.side_expiry import Horizon
 from runners.spark.streaming_state import KeyGroups
 from runners.spark.test_stream_source import TEST_STREAM_URN, ScriptedStream
 from runners.spark.watermark import MAX_MICROS, MIN_MICROS
@@ -344,7 +345,7 @@ def test_claiming_a_checkpoint_removes_writes_a_killed_job_left_unfinished(
     assert [p for p in leftovers if p.exists()] == []
     assert resumed.last_commit() == (3, {"batch": 3})
     assert resumed.read_offsets(3) == {"batch": 3}
-    assert resumed.read_side_inputs(3) == [{"side": [b"x"]}]
+    assert resumed.read_side_inputs(3) == {3: {"side": [b"x"]}}
     resumed.bind({"keyed_stages": []})  # job.json kept: the same job binds
 
 
@@ -362,9 +363,19 @@ def test_only_the_newest_committed_side_firings_are_kept(tmp_path):
     # a replay may not write again.
     checkpoint.drop_uncommitted_side_inputs(2)
     assert checkpoint.read_side_firings(5) == {"side": 2}
-    assert checkpoint.read_side_inputs(5) == []
+    assert checkpoint.read_side_inputs(5) == {}
     checkpoint.drop_uncommitted_side_inputs(None)  # nothing committed
     assert checkpoint.read_side_firings(5) is None
+
+
+def test_a_shrunk_batch_stores_what_is_left_of_its_side_inputs(tmp_path):
+    checkpoint = CheckpointDir(tmp_path)
+    checkpoint.write_side_inputs(1, {"side": [b"x", b"y"]})
+    checkpoint.write_side_inputs(2, {"side": [b"z"]})
+    checkpoint.shrink_side_inputs(1, {"side": [b"y"]})
+    checkpoint.shrink_side_inputs(2, {})  # all its windows expired
+    assert checkpoint.read_side_inputs(5) == {1: {"side": [b"y"]}}
+    assert not (tmp_path / "side_inputs" / "2.pickle").exists()
 
 
 _SIDE_CODER = coders.WindowedValueCoder(
@@ -407,32 +418,74 @@ def _side_values(contents: SideContents) -> dict[str, list]:
 def test_side_contents_keep_unfired_elements_and_each_windows_latest_firing():
     contents = SideContents()
     coder_of = {"side": _SIDE_CODER}.__getitem__
-    unfired, fired = contents.fold(
-        {"side": _side_chunks(("u1", 0, None), ("a", 0, 0), ("p", 1, 0))}, coder_of
+    fired = contents.fold(
+        0,
+        {"side": _side_chunks(("u1", 0, None), ("a", 0, 0), ("p", 1, 0))},
+        coder_of,
     )
-    assert (len(unfired["side"]), fired) == (1, True)
+    assert (len(contents.stored(0)["side"]), fired) == (1, True)
     # A newer pane of window 0 replaces its firing; window 1 keeps its own.
-    contents.fold({"side": _side_chunks(("u2", 0, None), ("b", 0, 1))}, coder_of)
+    contents.fold(1, {"side": _side_chunks(("u2", 0, None), ("b", 0, 1))}, coder_of)
     # The same pane continued (emitted over two batches) joins it.
-    contents.fold({"side": _side_chunks(("c", 0, 1))}, coder_of)
+    contents.fold(2, {"side": _side_chunks(("c", 0, 1))}, coder_of)
     assert _side_values(contents) == {
         "side": [("b", 0), ("c", 0), ("p", 1), ("u1", 0), ("u2", 0)]
     }
-    unfired, fired = contents.fold({"side": _side_chunks(("u3", 1, None))}, coder_of)
-    assert fired is False
+    assert contents.fold(3, {"side": _side_chunks(("u3", 1, None))}, coder_of) is False
+    assert contents.stored(2) == {}
 
     # A checkpoint of before the firings were stored apart: its batches hold
     # fired elements, folded in order to the latest firing.
     old = SideContents.restored(
-        [{"side": _side_chunks(("a", 0, 0))}, {"side": _side_chunks(("b", 0, 1))}],
+        {
+            0: {"side": _side_chunks(("a", 0, 0))},
+            1: {"side": _side_chunks(("b", 0, 1))},
+        },
         None,
         coder_of,
     )
     assert _side_values(old) == {"side": [("b", 0)]}
     restored = SideContents.restored(
-        [{"side": _side_chunks(("u1", 0, None))}], contents.firings(), coder_of
+        {0: {"side": _side_chunks(("u1", 0, None))}}, contents.firings(), coder_of
     )
     assert _side_values(restored) == {"side": [("b", 0), ("c", 0), ("p", 1), ("u1", 0)]}
+
+
+def _horizon(micros: int) -> Horizon:
+    return Horizon(micros, _SIDE_CODER.window_coder)
+
+
+def test_side_contents_drop_expired_windows_and_what_batches_stored_of_them():
+    # Before, every window of a side input was kept for ever: a stream in
+    # fixed windows grew on the driver and in the checkpoint without end.
+    contents = SideContents()
+    coder_of = {"side": _SIDE_CODER}.__getitem__
+    contents.fold(0, {"side": _side_chunks(("u0", 0, None), ("f0", 0, 0))}, coder_of)
+    contents.fold(
+        1,
+        {"side": _side_chunks(("v0", 0, None), ("u1", 1, None), ("f1", 1, 0))},
+        coder_of,
+    )
+    window_0_end = _WINDOWS[0].end.micros
+    assert contents.expire({"side": _horizon(window_0_end)}) is False
+    assert contents.shrunk() == {}
+    # Past its end: window 0 goes, its firing with it.
+    assert contents.expire({"side": _horizon(window_0_end + 1)}) is True
+    assert _side_values(contents) == {"side": [("f1", 1), ("u1", 1)]}
+    shrunk = contents.shrunk()
+    assert shrunk[0] == {}  # batch 0 stored window 0 only: its file goes
+    assert [
+        wv.value
+        for chunk in shrunk[1]["side"]
+        for wv in decode_all(chunk, _SIDE_CODER.get_impl())
+    ] == ["u1"]
+    assert contents.shrunk() == {}
+    # Late elements of an expired window go at the next expiry, as the
+    # batch that brought them is stored.
+    contents.fold(2, {"side": _side_chunks(("late", 0, None))}, coder_of)
+    contents.expire({"side": _horizon(window_0_end + 1)})
+    assert contents.stored(2) == {}
+    assert _side_values(contents) == {"side": [("f1", 1), ("u1", 1)]}
 
 
 def test_checkpoint_of_an_earlier_layout_is_refused(tmp_path):
