@@ -171,13 +171,14 @@ def finite_float(text: str) -> float:
 
 
 def file_pattern(text: str) -> str:
-    """argparse's `type` for an input file or glob: a local one relative to
-    the current directory made absolute. Beam's match finds nothing for a
-    bare glob such as `*.jsonl` (its directory part is empty), and Spark's
-    workers on a cluster do not run in the command's directory."""
-    if "://" in text or not text or os.path.isabs(text):
+    """argparse's `type` for an input file or glob: a bare glob such as
+    `*.jsonl` made `./*.jsonl`, since Beam's match finds nothing for a glob
+    whose directory part is empty. Other patterns stay as given: a followed
+    directory's checkpoint knows its files by the paths they were matched
+    under, and a resumed job must match them alike."""
+    if os.path.dirname(text) or not any(c in text for c in "*?["):
         return text
-    return os.path.join(os.getcwd(), text)
+    return os.path.join(os.curdir, text)
 
 
 def require_matches(flag: str, patterns: Sequence[str]) -> None:
